@@ -1,0 +1,105 @@
+// Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners.
+// Holds the wiring only; each behaviour lives in its own module.
+import type { Logger } from 'pino';
+import type { Config } from './config/schema.ts';
+import { Lifecycle } from './lifecycle/lifecycle.ts';
+import { systemClock } from './lifecycle/clock.ts';
+import type { HealthCheck } from './lifecycle/health.ts';
+import { Metrics } from './telemetry/metrics.ts';
+import { AccessLog } from './telemetry/access-log.ts';
+import { flushLogger } from './telemetry/logger.ts';
+import { Gateway, createRouting } from './gateway/gateway.ts';
+import { AdminRoutes } from './admin/admin.ts';
+import { Listener } from './server/listener.ts';
+import { createRequestHandler } from './server/requests.ts';
+
+export interface RunningGateway {
+  readonly lifecycle: Lifecycle;
+  readonly listeners: readonly Listener[];
+  /** Starts the drain; resolves with the exit code (the same promise on every call). */
+  drain(trigger: string): Promise<number>;
+  /** L8: a second signal ends the drain now. */
+  force(reason: string): void;
+}
+
+export async function startGateway(config: Config, logger: Logger): Promise<RunningGateway> {
+  let listeners: Listener[] = [];
+  let gateway: Gateway | undefined;
+  const lifecycle = new Lifecycle({
+    clock: systemClock,
+    log: logger,
+    settings: {
+      minDrainSecs: config.shutdown.min_drain_secs,
+      maxDrainSecs: config.shutdown.max_drain_secs,
+      progressLogSecs: config.shutdown.progress_log_secs,
+      freshConnectionGraceSecs: config.downstream.idle_timeout_secs || config.downstream.fresh_connection_grace_secs,
+    },
+    hooks: {
+      stopAccepting: () => {
+        for (const listener of listeners) listener.stopAccepting();
+      },
+      shutdown: async () => {
+        // L9: pools close once their requests are done (nothing is in flight by now).
+        await Promise.allSettled([...(gateway?.routing.providers.values() ?? [])].map((p) => p.close()));
+        flushLogger(logger);
+      },
+    },
+  });
+  const metrics = new Metrics({
+    connections: () => lifecycle.connections.counts(),
+    draining: () => lifecycle.draining,
+    drainDurationSeconds: () => lifecycle.drainSeconds(),
+  });
+  lifecycle.observeConnections(
+    (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
+    (connection, reason) => metrics.connectionsClosed.labels(connection.listener, reason).inc(),
+  );
+  gateway = new Gateway(createRouting(config), {
+    decision: lifecycle,
+    trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
+    upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
+  });
+  const admin = new AdminRoutes(metrics, lifecycle);
+  const accessLog = new AccessLog(config.log.access_log ? logger : undefined, metrics);
+  const healthChecks = (): HealthCheck[] => [
+    { name: 'config_loaded', ok: true },
+    { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
+    { name: 'not_draining', ok: lifecycle.ready() },
+  ];
+  const onRequest = createRequestHandler({
+    lifecycle,
+    metrics,
+    accessLog,
+    logger,
+    healthChecks,
+    routesFor: (listener) => (listener.role === 'admin' ? admin : gateway!),
+  });
+  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, onRequest));
+  try {
+    for (const listener of listeners) {
+      const address = await listener.listen();
+      logger.info(
+        { event: 'listener_started', listener: listener.name, role: listener.role, address: formatAddress(address.address, address.port) },
+        `listening on ${formatAddress(address.address, address.port)} (${listener.role})`,
+      );
+    }
+  } catch (error) {
+    for (const listener of listeners) listener.stopAccepting();
+    throw error;
+  }
+  lifecycle.markServing();
+  logger.info(
+    { event: 'ready', providers: config.providers.map((p) => `${p.name} (${p.type})`), models: config.models.length, keys: config.keys.length },
+    'sluice is ready',
+  );
+  return {
+    lifecycle,
+    listeners,
+    drain: (trigger) => lifecycle.drain(trigger),
+    force: (reason) => lifecycle.force(reason),
+  };
+}
+
+function formatAddress(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
+}

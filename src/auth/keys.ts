@@ -1,0 +1,51 @@
+// Client API keys, held only as SHA-256 digests. A presented key is hashed and looked up; the
+// match is confirmed with a constant-time comparison of the digests.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Config } from '../config/schema.ts';
+
+export type AuthResult = { ok: true; keyName: string } | { ok: false; reason: 'missing' | 'invalid' };
+
+const OPEN: AuthResult = { ok: true, keyName: '' };
+
+export class ClientKeys {
+  readonly #digests = new Map<string, { digest: Buffer; name: string }>();
+
+  constructor(keys: Config['keys']) {
+    keys.forEach((entry, index) => {
+      const key = typeof entry === 'string' ? entry : entry.key;
+      const name = typeof entry === 'string' ? `key-${index}` : entry.name;
+      const digest = sha256(key);
+      this.#digests.set(digest.toString('base64'), { digest, name });
+    });
+  }
+
+  get enabled(): boolean {
+    return this.#digests.size > 0;
+  }
+
+  check(headers: IncomingHttpHeaders): AuthResult {
+    if (this.#digests.size === 0) return OPEN;
+    const presented = presentedKey(headers);
+    if (presented === undefined) return { ok: false, reason: 'missing' };
+    const digest = sha256(presented);
+    const found = this.#digests.get(digest.toString('base64'));
+    if (!found || !timingSafeEqual(found.digest, digest)) return { ok: false, reason: 'invalid' };
+    return { ok: true, keyName: found.name };
+  }
+}
+
+/** `Authorization: Bearer <key>` or `x-api-key: <key>` (the Anthropic SDK's header). */
+export function presentedKey(headers: IncomingHttpHeaders): string | undefined {
+  const authorization = headers.authorization;
+  if (authorization !== undefined) {
+    const match = /^Bearer\s+(\S+)\s*$/i.exec(authorization);
+    return match ? match[1] : '';
+  }
+  const apiKey = headers['x-api-key'];
+  return typeof apiKey === 'string' ? apiKey : undefined;
+}
+
+function sha256(text: string): Buffer {
+  return createHash('sha256').update(text).digest();
+}

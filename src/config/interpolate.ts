@@ -1,0 +1,42 @@
+// `${VAR}` and `${VAR:-default}` in config values, resolved from the environment after the YAML is
+// parsed, so that a value containing YAML syntax (`#`, `: `) cannot change the document's shape.
+
+const PATTERN = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
+
+export interface MissingVariable {
+  path: (string | number)[];
+  variable: string;
+}
+
+/**
+ * Returns a copy of `value` with every string interpolated. `${VAR}` with VAR unset is reported in
+ * `missing` (and becomes ""); `${VAR:-default}` uses the default when VAR is unset or empty; `$$` is
+ * a literal `$`.
+ */
+export function interpolate(
+  value: unknown,
+  env: NodeJS.ProcessEnv,
+  missing: MissingVariable[] = [],
+  path: (string | number)[] = [],
+): unknown {
+  if (typeof value === 'string') {
+    if (!value.includes('$')) return value;
+    return value.replace(PATTERN, (whole, variable: string | undefined, fallback: string | undefined) => {
+      if (whole === '$$') return '$';
+      const found = env[variable!];
+      if (fallback !== undefined) return found === undefined || found === '' ? fallback : found;
+      if (found === undefined) {
+        missing.push({ path, variable: variable! });
+        return '';
+      }
+      return found;
+    });
+  }
+  if (Array.isArray(value)) return value.map((item, index) => interpolate(item, env, missing, [...path, index]));
+  if (value !== null && typeof value === 'object') {
+    const out: Record<string, unknown> = {};
+    for (const [key, item] of Object.entries(value)) out[key] = interpolate(item, env, missing, [...path, key]);
+    return out;
+  }
+  return value;
+}

@@ -1,0 +1,153 @@
+// The one source of truth for the configuration: validation, defaults and the TypeScript types.
+import { z } from 'zod';
+
+const ADDRESS = /^(?:\[(?<v6>[0-9a-fA-F:.]+)\]|(?<host>[^\s:[\]]*)):(?<port>\d{1,5})$/;
+
+export interface SocketAddress {
+  host: string;
+  port: number;
+}
+
+/** Parses `host:port`, `[v6]:port` or `:port` (all interfaces). */
+export function parseAddress(text: string): SocketAddress | undefined {
+  const match = ADDRESS.exec(text);
+  if (!match?.groups) return undefined;
+  const port = Number(match.groups.port);
+  if (port > 65535) return undefined;
+  const host = match.groups.v6 ?? (match.groups.host || '0.0.0.0');
+  return { host, port };
+}
+
+const address = z.string().refine((text) => parseAddress(text) !== undefined, {
+  message: 'expected an address "host:port" (for example 127.0.0.1:8080 or [::1]:8080), port 0-65535',
+});
+
+const name = z
+  .string()
+  .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'expected a name of letters, digits, "_", "." or "-"');
+
+const listener = z.strictObject({
+  name,
+  address,
+  role: z.enum(['proxy', 'admin']),
+});
+
+const provider = z.strictObject({
+  name,
+  type: z.enum(['openai', 'anthropic', 'echo']),
+  base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).optional(),
+  api_key: z.string().optional(),
+  anthropic_version: z.string().default('2023-06-01'),
+  /** Extra headers sent upstream on every request (for example an organization id). */
+  headers: z.record(z.string(), z.string()).default({}),
+});
+
+const model = z.strictObject({
+  name: z.string().min(1, 'expected a model name, or "*" / "prefix-*" for a pattern'),
+  provider: name,
+  upstream_model: z.string().min(1).optional(),
+});
+
+const clientKey = z.union([
+  z.string().min(8, 'expected a client key of at least 8 characters'),
+  z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters') }),
+]);
+
+const seconds = z.number().nonnegative('expected a number of seconds >= 0');
+
+const shutdown = z.strictObject({
+  /** L2: the listeners keep accepting for at least this long after the signal. */
+  min_drain_secs: seconds.default(30),
+  /** L8: optional backstop; 0 means the drain has no deadline of its own. */
+  max_drain_secs: seconds.default(0),
+  /** O1: how often "still draining" is logged. */
+  progress_log_secs: z.number().positive().default(5),
+});
+
+const downstream = z.strictObject({
+  /** Keep-alive connections idle this long are closed; 0 leaves that to the client. */
+  idle_timeout_secs: seconds.default(0),
+  /** L6: with no idle timeout, how long a fresh connection is held after the listeners close. */
+  fresh_connection_grace_secs: seconds.default(10),
+  request_body_limit_bytes: z.number().int().positive().default(10 * 1024 * 1024),
+  /** Time allowed for a client to send complete request headers (slowloris protection). */
+  headers_timeout_secs: z.number().positive().default(30),
+  /** Time allowed for a client to send a complete request body. */
+  request_timeout_secs: seconds.default(300),
+});
+
+const upstream = z.strictObject({
+  connect_timeout_ms: z.number().int().positive().default(5000),
+  /** Longest wait for response headers, and longest silence between body chunks. */
+  timeout_ms: z.number().int().positive().default(600_000),
+  /** Keep-alive connections per provider origin (0 = unlimited). */
+  max_connections: z.number().int().nonnegative().default(0),
+});
+
+const log = z.strictObject({
+  level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  access_log: z.boolean().default(true),
+});
+
+export const configSchema = z
+  .strictObject({
+    listeners: z.array(listener).min(1, 'expected at least one listener'),
+    providers: z.array(provider).default([]),
+    models: z.array(model).default([]),
+    keys: z.array(clientKey).default([]),
+    shutdown: shutdown.default(shutdown.parse({})),
+    downstream: downstream.default(downstream.parse({})),
+    upstream: upstream.default(upstream.parse({})),
+    log: log.default(log.parse({})),
+  })
+  .superRefine((config, ctx) => {
+    const unique = (items: { name: string }[], key: string) => {
+      const seen = new Set<string>();
+      items.forEach((item, index) => {
+        if (seen.has(item.name)) {
+          ctx.addIssue({ code: 'custom', path: [key, index, 'name'], message: `duplicate name "${item.name}"` });
+        }
+        seen.add(item.name);
+      });
+    };
+    unique(config.listeners, 'listeners');
+    unique(config.providers, 'providers');
+    unique(config.models, 'models');
+    if (!config.listeners.some((l) => l.role === 'proxy')) {
+      ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
+    }
+    const addresses = new Map<string, number>();
+    config.listeners.forEach((l, index) => {
+      const parsed = parseAddress(l.address);
+      if (!parsed || parsed.port === 0) return;
+      const key = `${parsed.host}:${parsed.port}`;
+      if (addresses.has(key)) {
+        ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `address ${l.address} is already used by listeners[${addresses.get(key)}]` });
+      }
+      addresses.set(key, index);
+    });
+    const providers = new Set(config.providers.map((p) => p.name));
+    config.models.forEach((m, index) => {
+      if (!providers.has(m.provider)) {
+        const known = [...providers].map((p) => `"${p}"`).join(', ') || 'none configured';
+        ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known})` });
+      }
+      const star = m.name.indexOf('*');
+      if (star !== -1 && star !== m.name.length - 1) {
+        ctx.addIssue({ code: 'custom', path: ['models', index, 'name'], message: 'a "*" may only end a model name pattern ("*" or "prefix-*")' });
+      }
+    });
+    config.providers.forEach((p, index) => {
+      if (p.type === 'echo' && p.base_url !== undefined) {
+        ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: 'an echo provider answers locally and takes no base_url' });
+      }
+    });
+  });
+
+export type Config = z.infer<typeof configSchema>;
+export type ListenerConfig = Config['listeners'][number];
+export type ProviderConfig = Config['providers'][number];
+export type ModelConfig = Config['models'][number];
+export type ShutdownConfig = Config['shutdown'];
+export type DownstreamConfig = Config['downstream'];
+export type UpstreamConfig = Config['upstream'];

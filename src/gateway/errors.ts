@@ -1,0 +1,71 @@
+// Errors that reach a client: each has a stable code, its HTTP status and an OpenAI-shaped body.
+
+export type ErrorType =
+  | 'invalid_request_error'
+  | 'authentication_error'
+  | 'not_found_error'
+  | 'request_too_large'
+  | 'upstream_error'
+  | 'timeout_error'
+  | 'server_error';
+
+export class GatewayError extends Error {
+  readonly status: number;
+  readonly type: ErrorType;
+  /** Stable machine-readable code (also the access log's `error` field). */
+  readonly code: string;
+  constructor(status: number, type: ErrorType, code: string, message: string) {
+    super(message);
+    this.status = status;
+    this.type = type;
+    this.code = code;
+  }
+
+  body(): string {
+    return JSON.stringify({ error: { message: this.message, type: this.type, code: this.code } });
+  }
+}
+
+export const errors = {
+  invalidJson: (detail: string) => new GatewayError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${detail}`),
+  notAnObject: () => new GatewayError(400, 'invalid_request_error', 'invalid_body', 'request body must be a JSON object'),
+  missingModel: () => new GatewayError(400, 'invalid_request_error', 'model_required', 'request body must name a "model" (a string)'),
+  unknownModel: (model: string) => new GatewayError(404, 'not_found_error', 'model_not_found', `model "${model}" is not configured on this gateway`),
+  unsupportedEndpoint: (model: string, provider: string, type: string, path: string) =>
+    new GatewayError(400, 'invalid_request_error', 'unsupported_endpoint', `model "${model}" is served by provider "${provider}" (type ${type}), which does not serve ${path}`),
+  missingKey: () => new GatewayError(401, 'authentication_error', 'missing_api_key', 'missing API key: send "Authorization: Bearer <key>" or "x-api-key: <key>"'),
+  invalidKey: () => new GatewayError(401, 'authentication_error', 'invalid_api_key', 'invalid API key'),
+  bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
+  notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${path}`),
+  methodNotAllowed: (method: string, path: string) => new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${path}`),
+  upstreamConnect: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_connect_failed', `could not connect to provider "${provider}"`),
+  upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
+  upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
+  upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
+  clientBodyTimeout: () => new GatewayError(408, 'invalid_request_error', 'request_timeout', 'request body was not received in time'),
+  internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
+} as const;
+
+/** Upstream failures by undici error code: what the client sees and what the metrics count. */
+export function classifyUpstreamError(error: unknown, provider: string): { error: GatewayError; kind: string } {
+  const code = (error as { code?: string } | null)?.code ?? '';
+  switch (code) {
+    case 'UND_ERR_CONNECT_TIMEOUT':
+      return { error: errors.upstreamTimeout(provider), kind: 'connect_timeout' };
+    case 'UND_ERR_HEADERS_TIMEOUT':
+    case 'UND_ERR_BODY_TIMEOUT':
+      return { error: errors.upstreamTimeout(provider), kind: 'timeout' };
+    case 'ECONNREFUSED':
+    case 'ENOTFOUND':
+    case 'EAI_AGAIN':
+    case 'EHOSTUNREACH':
+    case 'ENETUNREACH':
+      return { error: errors.upstreamConnect(provider), kind: 'connect' };
+    case 'UND_ERR_SOCKET':
+    case 'ECONNRESET':
+    case 'EPIPE':
+      return { error: errors.upstreamReset(provider), kind: 'reset' };
+    default:
+      return { error: errors.upstreamFailed(provider), kind: 'other' };
+  }
+}

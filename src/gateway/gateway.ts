@@ -1,0 +1,132 @@
+// The proxy's request handling: auth, body, model routing, then the provider. Everything a request
+// needs comes from one Routing snapshot read when it starts, so a config swap never splits a
+// request between two configs.
+import type { Config } from '../config/schema.ts';
+import type { Provider, Endpoint } from '../providers/types.ts';
+import { createProviders } from '../providers/registry.ts';
+import { ModelRouter } from '../routing/router.ts';
+import { ClientKeys } from '../auth/keys.ts';
+import type { RequestContext } from '../server/context.ts';
+import { sendError, sendJson } from '../server/respond.ts';
+import { readBody } from './body.ts';
+import { errors } from './errors.ts';
+import { upstreamHeaders } from './headers.ts';
+import { ResponseRelay, type RelayEnvironment } from './relay.ts';
+import { listModels } from './models.ts';
+
+export interface Routing {
+  readonly router: ModelRouter;
+  readonly providers: ReadonlyMap<string, Provider>;
+  readonly keys: ClientKeys;
+  readonly bodyLimit: number;
+  readonly modelList: string;
+}
+
+export function createRouting(config: Config): Routing {
+  const router = new ModelRouter(config.models);
+  const providers = createProviders(config);
+  return {
+    router,
+    providers,
+    keys: new ClientKeys(config.keys),
+    bodyLimit: config.downstream.request_body_limit_bytes,
+    modelList: listModels(config),
+  };
+}
+
+interface EndpointSpec {
+  readonly endpoint: Endpoint;
+  readonly metricName: string;
+}
+
+const MODEL_ENDPOINTS: ReadonlyMap<string, EndpointSpec> = new Map([
+  ['/v1/chat/completions', { endpoint: 'chat', metricName: 'chat_completions' }],
+  ['/v1/completions', { endpoint: 'completions', metricName: 'completions' }],
+  ['/v1/embeddings', { endpoint: 'embeddings', metricName: 'embeddings' }],
+  ['/v1/responses', { endpoint: 'responses', metricName: 'responses' }],
+  ['/v1/messages', { endpoint: 'messages', metricName: 'messages' }],
+]);
+
+export class Gateway {
+  #routing: Routing;
+  readonly #env: RelayEnvironment;
+
+  constructor(routing: Routing, env: RelayEnvironment) {
+    this.#routing = routing;
+    this.#env = env;
+  }
+
+  get routing(): Routing {
+    return this.#routing;
+  }
+
+  /** The endpoint label for a path, or undefined when the proxy does not serve it. */
+  endpointOf(path: string): string | undefined {
+    if (path === '/v1/models') return 'models';
+    return MODEL_ENDPOINTS.get(path)?.metricName;
+  }
+
+  handle(ctx: RequestContext, path: string): void {
+    const routing = this.#routing;
+    const { req } = ctx;
+    if (path === '/v1/models') {
+      if (req.method !== 'GET') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path));
+      if (!this.#authorize(ctx, routing)) return;
+      return sendJson(ctx, this.#env.decision, 200, routing.modelList);
+    }
+    const spec = MODEL_ENDPOINTS.get(path);
+    if (!spec) return sendError(ctx, this.#env.decision, errors.notFound(path));
+    if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path));
+    if (!this.#authorize(ctx, routing)) return;
+    void this.#forward(ctx, spec, routing, path);
+  }
+
+  #authorize(ctx: RequestContext, routing: Routing): boolean {
+    const auth = routing.keys.check(ctx.req.headers);
+    if (auth.ok) return true;
+    sendError(ctx, this.#env.decision, auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());
+    // The rest of the body is not wanted: do not keep the connection for it.
+    if (!ctx.req.complete) ctx.res.shouldKeepAlive = false;
+    return false;
+  }
+
+  async #forward(ctx: RequestContext, spec: EndpointSpec, routing: Routing, path: string): Promise<void> {
+    const decision = this.#env.decision;
+    const read = await readBody(ctx.req, routing.bodyLimit);
+    if (!read.ok) {
+      if (read.error) {
+        ctx.res.shouldKeepAlive = false;
+        sendError(ctx, decision, read.error);
+      }
+      return;
+    }
+    let json: unknown;
+    try {
+      json = JSON.parse(read.body.toString('utf8'));
+    } catch (error) {
+      return sendError(ctx, decision, errors.invalidJson((error as Error).message));
+    }
+    if (json === null || typeof json !== 'object' || Array.isArray(json)) return sendError(ctx, decision, errors.notAnObject());
+    const body = json as Record<string, unknown>;
+    const model = body.model;
+    if (typeof model !== 'string' || model === '') return sendError(ctx, decision, errors.missingModel());
+    ctx.model = model;
+    const route = routing.router.resolve(model);
+    if (!route) return sendError(ctx, decision, errors.unknownModel(model));
+    const provider = routing.providers.get(route.provider)!;
+    ctx.provider = provider.name;
+    if (!provider.supports(spec.endpoint)) return sendError(ctx, decision, errors.unsupportedEndpoint(model, provider.name, provider.type, path));
+    let bytes = read.body;
+    if (route.upstreamModel !== undefined && route.upstreamModel !== model) {
+      body.model = route.upstreamModel;
+      bytes = Buffer.from(JSON.stringify(body));
+    }
+    if (ctx.res.destroyed) return;
+    const relay = new ResponseRelay(ctx, this.#env, spec.endpoint === 'messages' ? 'anthropic' : 'openai');
+    try {
+      provider.dispatch({ endpoint: spec.endpoint, body: bytes, json: body, headers: upstreamHeaders(ctx.req.headers), requestId: ctx.id }, relay);
+    } catch (error) {
+      relay.onResponseError(undefined as never, error as Error);
+    }
+  }
+}

@@ -1,0 +1,73 @@
+// Which headers cross the gateway. Hop-by-hop headers (RFC 9110 §7.6.1), the client's credentials
+// and `host` never go upstream; hop-by-hop headers from upstream never come back.
+import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
+
+const NOT_FORWARDED_UPSTREAM = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authorization',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'authorization',
+  'x-api-key',
+  'content-length',
+  'content-type',
+  'accept-encoding',
+  'expect',
+  'x-request-id',
+  'cookie',
+]);
+
+const NOT_RETURNED_DOWNSTREAM = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'x-request-id',
+  'set-cookie',
+]);
+
+/** Client headers fit to send upstream, minus any named in the client's own `Connection`. */
+export function upstreamHeaders(headers: IncomingHttpHeaders): Record<string, string | string[]> {
+  const out: Record<string, string | string[]> = {};
+  const connectionTokens = listTokens(headers.connection);
+  for (const name in headers) {
+    if (NOT_FORWARDED_UPSTREAM.has(name) || name.startsWith(':')) continue;
+    if (connectionTokens !== undefined && connectionTokens.has(name)) continue;
+    const value = headers[name];
+    if (value !== undefined) out[name] = value;
+  }
+  return out;
+}
+
+/** Upstream response headers fit to return to the client. */
+export function downstreamHeaders(headers: IncomingHttpHeaders): OutgoingHttpHeaders {
+  const out: OutgoingHttpHeaders = {};
+  const connectionTokens = listTokens(headers.connection);
+  for (const name in headers) {
+    if (NOT_RETURNED_DOWNSTREAM.has(name)) continue;
+    if (connectionTokens !== undefined && connectionTokens.has(name)) continue;
+    const value = headers[name];
+    if (value === undefined) continue;
+    // Response splitting: a value with CR or LF is dropped, never written.
+    if (typeof value === 'string' ? /[\r\n]/.test(value) : value.some((v) => /[\r\n]/.test(v))) continue;
+    out[name] = value;
+  }
+  return out;
+}
+
+function listTokens(value: string | string[] | undefined): Set<string> | undefined {
+  if (value === undefined) return undefined;
+  const text = Array.isArray(value) ? value.join(',') : value;
+  if (text === 'keep-alive' || text === 'close') return undefined;
+  return new Set(text.split(',').map((t) => t.trim().toLowerCase()));
+}

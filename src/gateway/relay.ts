@@ -1,0 +1,127 @@
+// Relays one provider response to the client as it arrives: status and headers, then bytes
+// (SSE chunk by chunk), with back-pressure, usage reading and exactly one ending. Shaped as an
+// undici DispatchHandler so HTTP and local providers share it.
+import type { IncomingHttpHeaders } from 'node:http';
+import type { DispatchController, ResponseHandler } from '../providers/types.ts';
+import type { DrainDecision, ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { RequestContext } from '../server/context.ts';
+import { sendError, writeHead } from '../server/respond.ts';
+import { downstreamHeaders } from './headers.ts';
+import { classifyUpstreamError, GatewayError } from './errors.ts';
+import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
+
+export interface RelayEnvironment {
+  readonly decision: DrainDecision;
+  trackForceEndable(stream: ForceEndable): () => void;
+  upstreamError(provider: string, kind: string): void;
+}
+
+export type StreamDialect = 'openai' | 'anthropic';
+
+/** Ends the upstream request when the client leaves first. */
+class ClientGoneError extends Error {
+  readonly code = 'SLUICE_ERR_CLIENT_GONE';
+  constructor() {
+    super('client closed the connection');
+  }
+}
+
+export class ResponseRelay implements ResponseHandler, ForceEndable {
+  readonly #ctx: RequestContext;
+  readonly #env: RelayEnvironment;
+  readonly #dialect: StreamDialect;
+  #controller: DispatchController | undefined;
+  #usage: UsageReader | undefined;
+  #sse = false;
+  #ended = false;
+  #untrack: (() => void) | undefined;
+  #waitingForDrain = false;
+
+  constructor(ctx: RequestContext, env: RelayEnvironment, dialect: StreamDialect) {
+    this.#ctx = ctx;
+    this.#env = env;
+    this.#dialect = dialect;
+    ctx.res.once('close', this.#onClientClose);
+  }
+
+  onRequestStart(controller: DispatchController): void {
+    this.#controller = controller;
+    if (this.#ended) controller.abort(new ClientGoneError());
+  }
+
+  onResponseStart(_controller: DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    if (this.#ended) return;
+    const contentType = headers['content-type'];
+    this.#sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream');
+    if (status < 300) this.#usage = this.#sse ? new SseUsageReader() : new JsonUsageReader();
+    else {
+      this.#ctx.errorCode = `upstream_status_${status}`;
+      this.#env.upstreamError(this.#ctx.provider, 'status');
+    }
+    if (this.#sse) this.#untrack = this.#env.trackForceEndable(this);
+    writeHead(this.#ctx, this.#env.decision, status, downstreamHeaders(headers));
+  }
+
+  onResponseData(controller: DispatchController, chunk: Buffer): void {
+    if (this.#ended) return;
+    this.#usage?.push(chunk);
+    if (!this.#ctx.res.write(chunk) && !this.#waitingForDrain) {
+      this.#waitingForDrain = true;
+      controller.pause();
+      this.#ctx.res.once('drain', this.#onDrain);
+    }
+  }
+
+  onResponseEnd(): void {
+    if (this.#ended) return;
+    this.#finish();
+    this.#ctx.res.end();
+  }
+
+  onResponseError(_controller: DispatchController, error: Error): void {
+    if (this.#ended) return;
+    const { error: gatewayError, kind } = classifyUpstreamError(error, this.#ctx.provider);
+    this.#env.upstreamError(this.#ctx.provider, kind);
+    this.#ctx.errorCode = gatewayError.code;
+    this.#finish();
+    const res = this.#ctx.res;
+    if (!res.headersSent) sendError(this.#ctx, this.#env.decision, gatewayError);
+    else if (this.#sse) this.#endStreamWithError(gatewayError);
+    else res.destroy(); // a half-sent JSON body cannot carry an error: the client must see a cut.
+  }
+
+  /** L8: the drain was forced; end the stream with an explicit error event, never a fake [DONE]. */
+  forceEnd(reason: string): void {
+    if (this.#ended) return;
+    this.#ctx.errorCode = 'drain_forced';
+    this.#finish();
+    this.#controller?.abort(new Error(`gateway shutting down (${reason})`));
+    this.#endStreamWithError(new GatewayError(503, 'server_error', 'gateway_shutdown', 'the gateway is shutting down and ended this stream before it was complete'));
+  }
+
+  #endStreamWithError(error: GatewayError): void {
+    const payload = this.#dialect === 'anthropic'
+      ? `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.code === 'upstream_timeout' ? 'timeout_error' : 'api_error', message: error.message } })}\n\n`
+      : `event: error\ndata: ${error.body()}\n\n`;
+    this.#ctx.res.end(payload);
+  }
+
+  #finish(): void {
+    this.#ended = true;
+    this.#untrack?.();
+    const usage = this.#usage?.finish();
+    if (usage) this.#ctx.usage = usage;
+  }
+
+  readonly #onDrain = (): void => {
+    this.#waitingForDrain = false;
+    this.#controller?.resume();
+  };
+
+  readonly #onClientClose = (): void => {
+    if (this.#ended) return;
+    this.#ctx.errorCode ||= 'client_gone';
+    this.#finish();
+    this.#controller?.abort(new ClientGoneError());
+  };
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env node
+// The `sluice` command: parse arguments, load the config, start the gateway, wire the signals.
+import { parseArgs } from 'node:util';
+import { createRequire } from 'node:module';
+import { ConfigError, loadConfigFile, loadDefaultConfig } from './config/load.ts';
+import type { Config } from './config/schema.ts';
+import { createLogger, flushLogger } from './telemetry/logger.ts';
+import { startGateway } from './app.ts';
+
+const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
+
+const HELP = `sluice ${version}: an OpenAI-compatible AI gateway that drains without losing requests
+
+Usage:
+  sluice [serve] [--config FILE]     run the gateway (default: the embedded config)
+  sluice validate [--config FILE]    check a config file; prints every problem and exits 1 if any
+  sluice --version | --help
+
+The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
+proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
+Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once.
+Docs: docs/configuration.md
+`;
+
+function loadConfig(file: string | undefined): Config {
+  return file ? loadConfigFile(file) : loadDefaultConfig();
+}
+
+async function main(argv: string[]): Promise<number> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      args: argv,
+      allowPositionals: true,
+      options: { config: { type: 'string', short: 'c' }, version: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' } },
+    });
+  } catch (error) {
+    process.stderr.write(`sluice: ${(error as Error).message}\n\n${HELP}`);
+    return 2;
+  }
+  const { values, positionals } = parsed;
+  if (values.version) {
+    process.stdout.write(`${version}\n`);
+    return 0;
+  }
+  if (values.help) {
+    process.stdout.write(HELP);
+    return 0;
+  }
+  const command = positionals[0] ?? 'serve';
+  if (positionals.length > 1 || (command !== 'serve' && command !== 'validate')) {
+    process.stderr.write(`sluice: unknown command "${positionals.join(' ')}"\n\n${HELP}`);
+    return 2;
+  }
+  const file = values.config ?? (process.env.SLUICE_CONFIG || undefined);
+  let config: Config;
+  try {
+    config = loadConfig(file);
+  } catch (error) {
+    if (!(error instanceof ConfigError)) throw error;
+    process.stderr.write(`sluice: ${error.message}\n`);
+    return 1;
+  }
+  if (command === 'validate') {
+    process.stdout.write(
+      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys\n`,
+    );
+    return 0;
+  }
+  return serve(config);
+}
+
+async function serve(config: Config): Promise<number> {
+  const logger = createLogger({ level: config.log.level });
+  let gateway;
+  try {
+    gateway = await startGateway(config, logger);
+  } catch (error) {
+    logger.fatal({ event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
+    flushLogger(logger);
+    return 1;
+  }
+  const started = gateway;
+  return new Promise<number>((resolve) => {
+    const onSignal = (signal: NodeJS.Signals) => {
+      if (started.lifecycle.draining) started.force(`second ${signal}`);
+      else started.drain(signal).then(resolve, () => resolve(1));
+    };
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+  });
+}
+
+process.on('uncaughtException', (error) => {
+  process.stderr.write(`sluice: uncaught exception: ${error.stack ?? error}\n`);
+  process.exit(70);
+});
+
+main(process.argv.slice(2)).then(
+  (code) => process.exit(code),
+  (error: unknown) => {
+    process.stderr.write(`sluice: ${(error as Error).stack ?? String(error)}\n`);
+    process.exit(70);
+  },
+);

@@ -1,0 +1,39 @@
+// Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1).
+import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
+import type { Endpoint, Provider, ProviderRequest, ResponseHandler } from '../types.ts';
+import { UpstreamPool } from '../upstream-pool.ts';
+
+const PATHS: Partial<Record<Endpoint, string>> = {
+  chat: '/chat/completions',
+  completions: '/completions',
+  embeddings: '/embeddings',
+  responses: '/responses',
+};
+
+export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
+
+export class OpenAIProvider implements Provider {
+  readonly type = 'openai';
+  readonly name: string;
+  readonly pool: UpstreamPool;
+  readonly #credentials: Record<string, string>;
+
+  constructor(config: ProviderConfig, upstream: UpstreamConfig) {
+    this.name = config.name;
+    this.pool = new UpstreamPool(config.base_url ?? OPENAI_DEFAULT_BASE_URL, upstream);
+    this.#credentials = { ...config.headers };
+    if (config.api_key) this.#credentials.authorization = `Bearer ${config.api_key}`;
+  }
+
+  supports(endpoint: Endpoint): boolean {
+    return PATHS[endpoint] !== undefined;
+  }
+
+  dispatch(request: ProviderRequest, handler: ResponseHandler): void {
+    this.pool.send(PATHS[request.endpoint]!, request, this.#credentials, handler);
+  }
+
+  close(): Promise<void> {
+    return this.pool.close();
+  }
+}

@@ -1,0 +1,32 @@
+// The seam between the gateway and the providers: a request in, undici's handler shape out. A
+// provider never sees sockets, `res`, or the lifecycle.
+import type { Dispatcher } from 'undici';
+
+export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages';
+
+export type ProviderType = 'openai' | 'anthropic' | 'echo';
+
+export interface ProviderRequest {
+  readonly endpoint: Endpoint;
+  /** The body bytes to send (the client's own bytes when the model name was not rewritten). */
+  readonly body: Buffer;
+  /** The parsed body, with the upstream model name applied. */
+  readonly json: Record<string, unknown>;
+  /** Client headers fit to forward (no hop-by-hop, host, credentials or length). */
+  readonly headers: Record<string, string | string[]>;
+  /** Our request id, sent upstream as `x-request-id`. */
+  readonly requestId: string;
+}
+
+export type ResponseHandler = Dispatcher.DispatchHandler;
+export type DispatchController = Dispatcher.DispatchController;
+
+export interface Provider {
+  readonly name: string;
+  readonly type: ProviderType;
+  supports(endpoint: Endpoint): boolean;
+  /** Sends the request; the outcome arrives on `handler` (start, data, end, or error). */
+  dispatch(request: ProviderRequest, handler: ResponseHandler): void;
+  /** Waits for requests in progress, then closes pooled connections. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,33 @@
+// Malformed requests that never reach a handler (bad syntax, oversized headers, smuggling attempts,
+// timeouts) get an OpenAI-shaped error and the connection is closed.
+import type { Duplex } from 'node:stream';
+
+const RESPONSES = new Map<string, [number, string, string]>([
+  ['HPE_HEADER_OVERFLOW', [431, 'header_too_large', 'request headers are too large']],
+  ['ERR_HTTP_REQUEST_TIMEOUT', [408, 'request_timeout', 'request was not received in time']],
+  ['HPE_UNEXPECTED_CONTENT_LENGTH', [400, 'bad_request', 'conflicting Content-Length and Transfer-Encoding']],
+  ['HPE_INVALID_TRANSFER_ENCODING', [400, 'bad_request', 'invalid Transfer-Encoding']],
+  ['HPE_INVALID_CONTENT_LENGTH', [400, 'bad_request', 'invalid Content-Length']],
+]);
+
+function build(status: number, code: string, message: string): Buffer {
+  const body = JSON.stringify({ error: { message, type: 'invalid_request_error', code } });
+  const reason = status === 431 ? 'Request Header Fields Too Large' : status === 408 ? 'Request Timeout' : 'Bad Request';
+  return Buffer.from(`HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`);
+}
+
+const PREBUILT = new Map([...RESPONSES].map(([code, [status, errorCode, message]]) => [code, build(status, errorCode, message)]));
+const BAD_REQUEST = build(400, 'bad_request', 'malformed HTTP request');
+
+export function sendClientError(error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex): void {
+  if (error.code === 'ECONNRESET' || !socket.writable) {
+    socket.destroy();
+    return;
+  }
+  // A request already answered in part cannot take a second status line.
+  if ((socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage?.headersSent) {
+    socket.destroy();
+    return;
+  }
+  socket.end(PREBUILT.get(error.code ?? '') ?? BAD_REQUEST);
+}

@@ -1,0 +1,29 @@
+// The one place where response heads are written, so that the drain decision (L3) is taken when
+// the headers go out, not when the request arrived.
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { DrainDecision } from '../lifecycle/lifecycle.ts';
+import type { GatewayError } from '../gateway/errors.ts';
+import type { RequestContext } from './context.ts';
+
+export function writeHead(ctx: RequestContext, decision: DrainDecision, status: number, headers: OutgoingHttpHeaders): void {
+  const res = ctx.res;
+  // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
+  if (decision.shouldRetire() && ctx.protocol === 'http1') res.shouldKeepAlive = false;
+  headers['x-request-id'] = ctx.id;
+  res.writeHead(status, headers);
+}
+
+export function sendJson(ctx: RequestContext, decision: DrainDecision, status: number, body: string): void {
+  if (ctx.res.headersSent || ctx.res.destroyed) return;
+  writeHead(ctx, decision, status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  ctx.res.end(body);
+}
+
+export function sendError(ctx: RequestContext, decision: DrainDecision, error: GatewayError): void {
+  ctx.errorCode ||= error.code;
+  const extra: OutgoingHttpHeaders = error.status === 405 ? { allow: 'POST' } : {};
+  if (ctx.res.headersSent || ctx.res.destroyed) return;
+  const body = error.body();
+  writeHead(ctx, decision, error.status, { ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  ctx.res.end(body);
+}

@@ -1,0 +1,68 @@
+// One JSON line per finished request, plus the request counters and duration histogram.
+import type { Logger } from 'pino';
+import type { Metrics } from './metrics.ts';
+
+export interface FinishedRequest {
+  id: string;
+  downstreamRequestId: string | undefined;
+  peer: string;
+  method: string;
+  path: string;
+  status: number;
+  durationSeconds: number;
+  endpoint: string;
+  model: string;
+  provider: string;
+  listener: string;
+  protocol: string;
+  errorCode: string;
+  usage: { prompt: number; completion: number } | undefined;
+}
+
+export class AccessLog {
+  readonly #logger: Logger | undefined;
+  readonly #metrics: Metrics;
+
+  constructor(logger: Logger | undefined, metrics: Metrics) {
+    this.#logger = logger;
+    this.#metrics = metrics;
+  }
+
+  record(r: FinishedRequest): void {
+    const m = this.#metrics;
+    m.requests.labels(r.endpoint, statusLabel(r.status), r.model).inc();
+    m.requestDuration.labels(r.endpoint).observe(r.durationSeconds);
+    if (r.usage) {
+      m.tokens.labels(r.model, r.provider, 'prompt').inc(r.usage.prompt);
+      m.tokens.labels(r.model, r.provider, 'completion').inc(r.usage.completion);
+    }
+    if (!this.#logger) return;
+    this.#logger.info({
+      event: 'access',
+      request_id: r.id,
+      downstream_request_id: r.downstreamRequestId,
+      peer: r.peer,
+      listener: r.listener,
+      protocol: r.protocol,
+      method: r.method,
+      path: r.path,
+      status: r.status,
+      duration_ms: Math.round(r.durationSeconds * 1e6) / 1e3,
+      model: r.model || undefined,
+      provider: r.provider || undefined,
+      error: r.errorCode || undefined,
+      prompt_tokens: r.usage?.prompt,
+      completion_tokens: r.usage?.completion,
+    });
+  }
+}
+
+const STATUS_LABELS = new Map<number, string>();
+function statusLabel(status: number): string {
+  let label = STATUS_LABELS.get(status);
+  if (label === undefined) {
+    label = String(status);
+    STATUS_LABELS.set(status, label);
+  }
+  return label;
+}

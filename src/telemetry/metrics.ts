@@ -1,0 +1,105 @@
+// Prometheus metrics. Gauges that describe state (connections, draining) are read at scrape time
+// from their owners, so the hot path pays nothing for them.
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+
+export interface ConnectionCounts {
+  listener: string;
+  state: 'fresh' | 'idle' | 'active' | 'upgraded';
+  count: number;
+}
+
+export interface StateSources {
+  connections(): ConnectionCounts[];
+  draining(): boolean;
+  drainDurationSeconds(): number;
+  configReloadFailed?(): boolean;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+  readonly requests: Counter<'endpoint' | 'status' | 'model'>;
+  readonly requestDuration: Histogram<'endpoint'>;
+  readonly inFlight: Gauge<'endpoint' | 'protocol'>;
+  readonly upstreamErrors: Counter<'provider' | 'kind'>;
+  readonly tokens: Counter<'model' | 'provider' | 'type'>;
+  readonly connectionsClosed: Counter<'listener' | 'reason'>;
+  readonly connectionsAccepted: Counter<'listener'>;
+
+  constructor(sources: StateSources) {
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    this.requests = new Counter({
+      name: 'sluice_requests_total',
+      help: 'Finished requests by endpoint, status and model.',
+      labelNames: ['endpoint', 'status', 'model'],
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: 'sluice_request_duration_seconds',
+      help: 'Time from request headers to the end of the response.',
+      labelNames: ['endpoint'],
+      buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
+      registers,
+    });
+    this.inFlight = new Gauge({
+      name: 'sluice_in_flight_requests',
+      help: 'Requests (and WebSocket sessions) in flight, by endpoint and protocol.',
+      labelNames: ['endpoint', 'protocol'],
+      registers,
+    });
+    this.upstreamErrors = new Counter({
+      name: 'sluice_upstream_errors_total',
+      help: 'Upstream failures by provider and kind (connect, timeout, reset, status).',
+      labelNames: ['provider', 'kind'],
+      registers,
+    });
+    this.tokens = new Counter({
+      name: 'sluice_tokens_total',
+      help: 'Tokens reported by providers in responses, by model, provider and type (prompt, completion).',
+      labelNames: ['model', 'provider', 'type'],
+      registers,
+    });
+    this.connectionsClosed = new Counter({
+      name: 'sluice_connections_closed_total',
+      help: 'Downstream connections closed, by listener and reason.',
+      labelNames: ['listener', 'reason'],
+      registers,
+    });
+    this.connectionsAccepted = new Counter({
+      name: 'sluice_connections_accepted_total',
+      help: 'Downstream connections accepted, by listener.',
+      labelNames: ['listener'],
+      registers,
+    });
+    new Gauge({
+      name: 'sluice_open_connections',
+      help: 'Open downstream connections by listener and state (fresh, idle, active, upgraded).',
+      labelNames: ['listener', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const c of sources.connections()) this.set({ listener: c.listener, state: c.state }, c.count);
+      },
+    });
+    new Gauge({
+      name: 'sluice_draining',
+      help: '1 while the process is draining, else 0.',
+      registers,
+      collect() {
+        this.set(sources.draining() ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'sluice_drain_duration_seconds',
+      help: 'Seconds since the drain began (0 when not draining).',
+      registers,
+      collect() {
+        this.set(sources.drainDurationSeconds());
+      },
+    });
+  }
+
+  async render(): Promise<string> {
+    return this.registry.metrics();
+  }
+}
