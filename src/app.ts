@@ -12,6 +12,8 @@ import { Gateway, createRouting } from './gateway/gateway.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener } from './server/listener.ts';
 import { createRequestHandler } from './server/requests.ts';
+import { createUpgradeHandler } from './server/upgrade.ts';
+import { RealtimeRoute } from './gateway/realtime.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -66,15 +68,23 @@ export async function startGateway(config: Config, logger: Logger): Promise<Runn
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: lifecycle.ready() },
   ];
-  const onRequest = createRequestHandler({
+  const services = {
     lifecycle,
     metrics,
     accessLog,
     logger,
     healthChecks,
-    routesFor: (listener) => (listener.role === 'admin' ? admin : gateway!),
+    routesFor: (listener: Listener) => (listener.role === 'admin' ? admin : gateway!),
+  };
+  const onRequest = createRequestHandler(services);
+  const realtime = new RealtimeRoute({
+    routing: () => gateway!.routing,
+    trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
+    upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
+    connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
-  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, onRequest));
+  const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));
+  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, onRequest, l.role === 'proxy' ? onUpgrade : undefined));
   try {
     for (const listener of listeners) {
       const address = await listener.listen();

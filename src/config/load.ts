@@ -72,7 +72,8 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     path: formatPath(m.path),
     message: `environment variable \${${m.variable}} is not set (write \${${m.variable}:-} for an optional value)`,
   }));
-  const result = configSchema.safeParse(resolved);
+  // reportInput: describeIssue tells a wrong value ("got ...") from a missing one by `issue.input`.
+  const result = configSchema.safeParse(resolved, { reportInput: true });
   if (!result.success) {
     for (const issue of result.error.issues) problems.push({ path: formatPath(issue.path), message: describeIssue(issue) });
   }

@@ -191,8 +191,9 @@ export class Lifecycle implements DrainDecision {
     if (this.#state === 'draining') this.#closeListeners();
     for (const stream of [...this.#forceEndables]) stream.forceEnd(reason);
     for (const connection of this.connections.all()) {
-      // Streams just wrote their error event: let it flush; everything else goes now.
-      if (connection.inFlight > 0 && connection.state !== 'upgraded') this.connections.end(connection, 'drain_forced');
+      // Streams and sessions just wrote their error event or close frame: let it flush (FIN after
+      // the writes); everything else goes now.
+      if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced');
       else this.connections.destroy(connection, 'drain_forced');
     }
     // Sockets that do not finish writing promptly must not hold a forced exit.

@@ -2,7 +2,7 @@
 // provider never sees sockets, `res`, or the lifecycle.
 import type { Dispatcher } from 'undici';
 
-export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages';
+export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'realtime';
 
 export type ProviderType = 'openai' | 'anthropic' | 'echo';
 
@@ -27,6 +27,8 @@ export interface Provider {
   supports(endpoint: Endpoint): boolean;
   /** Sends the request; the outcome arrives on `handler` (start, data, end, or error). */
   dispatch(request: ProviderRequest, handler: ResponseHandler): void;
+  /** Where a realtime (WebSocket) session goes, for providers that serve one. */
+  realtimeTarget?(query: URLSearchParams): { url: string; headers: Record<string, string> };
   /** Waits for requests in progress, then closes pooled connections. */
   close(): Promise<void>;
 }

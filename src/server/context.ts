@@ -1,6 +1,7 @@
 // Per-request facts: our id, the caller's id, the peer and what the request turned out to be.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 
 export interface Usage {
@@ -8,14 +9,14 @@ export interface Usage {
   completion: number;
 }
 
-export class RequestContext {
+/** What every exchange (an HTTP request or a WebSocket session) records. */
+export class ExchangeContext {
   readonly id: string = randomUUID();
   readonly startedAt: bigint = process.hrtime.bigint();
   readonly req: IncomingMessage;
-  readonly res: ServerResponse;
   readonly listener: string;
   readonly connection: TrackedConnection | undefined;
-  readonly protocol: string;
+  protocol: string;
   endpoint = 'other';
   model = '';
   provider = '';
@@ -25,9 +26,8 @@ export class RequestContext {
   /** True for /livez and /readyz, which are left out of drain logs (O1). */
   healthProbe = false;
 
-  constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
+  constructor(req: IncomingMessage, listener: string, connection: TrackedConnection | undefined) {
     this.req = req;
-    this.res = res;
     this.listener = listener;
     this.connection = connection;
     this.protocol = req.httpVersionMajor === 2 ? 'h2' : 'http1';
@@ -45,5 +45,29 @@ export class RequestContext {
 
   durationSeconds(): number {
     return Number(process.hrtime.bigint() - this.startedAt) / 1e9;
+  }
+}
+
+/** An HTTP request and its response. */
+export class RequestContext extends ExchangeContext {
+  readonly res: ServerResponse;
+
+  constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
+    super(req, listener, connection);
+    this.res = res;
+  }
+}
+
+/** A WebSocket upgrade request and, once accepted, its session. */
+export class UpgradeContext extends ExchangeContext {
+  readonly socket: Duplex;
+  readonly head: Buffer;
+  /** 101 once the session was accepted; the rejection status otherwise. */
+  status = 0;
+
+  constructor(req: IncomingMessage, socket: Duplex, head: Buffer, listener: string, connection: TrackedConnection | undefined) {
+    super(req, listener, connection);
+    this.socket = socket;
+    this.head = head;
   }
 }

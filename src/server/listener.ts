@@ -5,12 +5,14 @@
 // the listener has closed.
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { Server as HttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { Duplex } from 'node:stream';
 import type { DownstreamConfig, ListenerConfig } from '../config/schema.ts';
 import { parseAddress } from '../config/schema.ts';
 import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import { sendClientError } from './client-error.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
+export type UpgradeHandler = (listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer) => void;
 
 export class Listener {
   readonly name: string;
@@ -22,7 +24,7 @@ export class Listener {
   readonly #freshTimeoutMs: number;
   #accepting = false;
 
-  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, onRequest: RequestHandler) {
+  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, onRequest: RequestHandler, onUpgrade?: UpgradeHandler) {
     this.name = config.name;
     this.role = config.role;
     this.configuredAddress = config.address;
@@ -37,6 +39,7 @@ export class Listener {
     });
     this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => onRequest(this, req, res));
     this.#http.on('clientError', sendClientError);
+    if (onUpgrade) this.#http.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(this, req, socket, head));
     // Starts the protocol server's connection tracking (headers/request timeouts) without a socket.
     this.#http.emit('listening');
     this.#net = createNetServer({ noDelay: true, pauseOnConnect: false }, (socket) => this.#accept(socket));

@@ -7,7 +7,7 @@ import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import { liveness, readiness, type HealthCheck } from '../lifecycle/health.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog } from '../telemetry/access-log.ts';
-import { RequestContext } from './context.ts';
+import { RequestContext, type ExchangeContext } from './context.ts';
 import { sendJson } from './respond.ts';
 import type { Listener } from './listener.ts';
 
@@ -26,22 +26,19 @@ export interface RequestServices {
   routesFor(listener: Listener): RouteTable;
 }
 
-export function createRequestHandler(services: RequestServices) {
-  const { lifecycle, metrics, accessLog, logger } = services;
-
-  function finished(ctx: RequestContext): void {
+/** Leaves in-flight and writes the access log line: called exactly once per exchange. */
+export function createExchangeRecorder(services: RequestServices) {
+  const { lifecycle, metrics, accessLog } = services;
+  return function recordFinished(ctx: ExchangeContext, status: number): void {
     lifecycle.requestFinished(ctx.connection);
-    const { req, res } = ctx;
     metrics.inFlight.labels(ctx.endpoint, ctx.protocol).dec();
-    if (!res.writableFinished && !ctx.errorCode) ctx.errorCode = 'client_gone';
     accessLog.record({
       id: ctx.id,
       downstreamRequestId: ctx.downstreamRequestId,
       peer: ctx.peer,
-      method: req.method ?? '',
-      path: pathOf(req.url),
-      // 499: the client left before any response status was sent (nginx's convention).
-      status: res.headersSent ? res.statusCode : 499,
+      method: ctx.req.method ?? '',
+      path: pathOf(ctx.req.url),
+      status,
       durationSeconds: ctx.durationSeconds(),
       endpoint: ctx.endpoint,
       model: ctx.model,
@@ -51,6 +48,27 @@ export function createRequestHandler(services: RequestServices) {
       errorCode: ctx.errorCode,
       usage: ctx.usage,
     });
+  };
+}
+
+/** O1: requests that arrive during the drain are logged one by one (health probes excluded). */
+export function logIfDraining(services: RequestServices, ctx: ExchangeContext, path: string): void {
+  if (!services.lifecycle.draining) return;
+  services.logger.info(
+    { event: 'request_while_draining', method: ctx.req.method, path, request_id: ctx.id, peer: ctx.peer, downstream_request_id: ctx.downstreamRequestId },
+    'request arrived while draining',
+  );
+}
+
+export function createRequestHandler(services: RequestServices) {
+  const { lifecycle, metrics, logger } = services;
+  const recordFinished = createExchangeRecorder(services);
+
+  function finished(ctx: RequestContext): void {
+    const res = ctx.res;
+    if (!res.writableFinished && !ctx.errorCode) ctx.errorCode = 'client_gone';
+    // 499: the client left before any response status was sent (nginx's convention).
+    recordFinished(ctx, res.headersSent ? res.statusCode : 499);
   }
 
   return function onRequest(listener: Listener, req: IncomingMessage, res: ServerResponse): void {
@@ -73,12 +91,7 @@ export function createRequestHandler(services: RequestServices) {
     const routes = services.routesFor(listener);
     ctx.endpoint = routes.endpointOf(path) ?? 'other';
     metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
-    if (lifecycle.draining) {
-      logger.info(
-        { event: 'request_while_draining', method: req.method, path, request_id: ctx.id, peer: ctx.peer, downstream_request_id: ctx.downstreamRequestId },
-        'request arrived while draining',
-      );
-    }
+    logIfDraining(services, ctx, path);
     try {
       routes.handle(ctx, path);
     } catch (error) {

@@ -17,6 +17,7 @@ import type { AddressInfo } from 'node:net';
 import { setTimeout as delay } from 'node:timers/promises';
 import { resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { attachRealtime } from './mock-realtime.ts';
 
 export interface MockRequest {
   method: string;
@@ -180,6 +181,7 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.requestTimeout = 0; // neverRespond means forever, not 300 s.
+  const closeRealtime = attachRealtime(server, record ? received : undefined);
 
   return new Promise<MockUpstream>((resolve, reject) => {
     server.once('error', reject);
@@ -201,6 +203,7 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
           closing ??= new Promise<void>((done) => {
             server.close(() => done());
             server.closeAllConnections();
+            closeRealtime();
           });
           return closing;
         },

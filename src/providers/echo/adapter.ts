@@ -33,8 +33,8 @@ export class EchoProvider implements Provider {
     this.name = name;
   }
 
-  supports(_endpoint: Endpoint): boolean {
-    return true;
+  supports(endpoint: Endpoint): boolean {
+    return endpoint !== 'realtime';
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -44,7 +44,7 @@ export class EchoProvider implements Provider {
     const { json } = request;
     const model = String(json.model);
     const stream = json.stream === true;
-    const events = EVENTS[request.endpoint](json, model, stream);
+    const events = EVENTS[request.endpoint as Exclude<Endpoint, 'realtime'>](json, model, stream);
     handler.onResponseStart?.(controller, 200, stream && request.endpoint !== 'embeddings' ? SSE_HEADERS : JSON_HEADERS, 'OK');
     for (const event of events) {
       if (controller.aborted) return;
@@ -59,7 +59,7 @@ export class EchoProvider implements Provider {
 const sse = (data: unknown, event?: string): string =>
   `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
 
-const EVENTS: Record<Endpoint, (body: Json, model: string, stream: boolean) => string[]> = {
+const EVENTS: Record<Exclude<Endpoint, 'realtime'>, (body: Json, model: string, stream: boolean) => string[]> = {
   chat(body, model, stream) {
     const text = replyText(body);
     const usage = { prompt_tokens: countTokens(lastUserText(body)), completion_tokens: countTokens(text), total_tokens: 0 };

@@ -8,6 +8,7 @@ const PATHS: Partial<Record<Endpoint, string>> = {
   completions: '/completions',
   embeddings: '/embeddings',
   responses: '/responses',
+  realtime: '/realtime',
 };
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
@@ -31,6 +32,13 @@ export class OpenAIProvider implements Provider {
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
     this.pool.send(PATHS[request.endpoint]!, request, this.#credentials, handler);
+  }
+
+  realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
+    const url = new URL(`${this.pool.origin}${this.pool.basePath}/realtime`);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    url.search = query.toString();
+    return { url: url.toString(), headers: this.#credentials };
   }
 
   close(): Promise<void> {

@@ -1,0 +1,182 @@
+// GET /v1/realtime: a WebSocket session proxied to an OpenAI-type provider's realtime endpoint.
+// Auth and routing are checked before the handshake (a failure is an HTTP status, not a socket
+// that opens and closes). The upstream socket opens first, so the client's handshake answers with
+// the subprotocol the provider chose. Frames are relayed both ways; `response.done` usage is
+// summed per session. The session stays in flight until both sockets have closed (L7).
+import { WebSocket, WebSocketServer, type RawData } from 'ws';
+import type { ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { UpgradeContext } from '../server/context.ts';
+import { rejectUpgrade, type UpgradeRoute } from '../server/upgrade.ts';
+import type { Routing } from './gateway.ts';
+import { classifyUpstreamError, errors, type GatewayError } from './errors.ts';
+import { readUsageFrom } from './usage.ts';
+
+export interface RealtimeEnvironment {
+  routing(): Routing;
+  trackForceEndable(stream: ForceEndable): () => void;
+  upstreamError(provider: string, kind: string): void;
+  connectTimeoutMs: number;
+}
+
+/** Browsers cannot set headers, so the OpenAI SDK sends the key as a subprotocol. */
+const KEY_PROTOCOL = 'openai-insecure-api-key.';
+const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 502: 'Bad Gateway', 504: 'Gateway Timeout' };
+
+/** RFC 6455 §7.4: 1005 and 1006 are never sent in a close frame. */
+function sendableCode(code: number): number {
+  return code === 1005 ? 1000 : code === 1006 || code < 1000 || code >= 5000 ? 1011 : code;
+}
+
+export class RealtimeRoute implements UpgradeRoute {
+  readonly #env: RealtimeEnvironment;
+  readonly #server = new WebSocketServer({ noServer: true, perMessageDeflate: false, maxPayload: 64 * 1024 * 1024 });
+
+  constructor(env: RealtimeEnvironment) {
+    this.#env = env;
+  }
+
+  handle(ctx: UpgradeContext, finished: (status: number) => void): void {
+    const reject = (error: GatewayError) => {
+      ctx.errorCode ||= error.code;
+      ctx.status = error.status;
+      rejectUpgrade(ctx.socket, error.status, REASONS[error.status] ?? 'Error', error.body());
+      ctx.socket.once('close', () => finished(error.status));
+    };
+    const { req } = ctx;
+    const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+    const keyProtocol = protocols.find((p) => p.startsWith(KEY_PROTOCOL));
+    const routing = this.#env.routing();
+    const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
+    const auth = routing.keys.check(headers);
+    if (!auth.ok) return reject(auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());
+    const query = new URL(req.url ?? '/', 'http://gateway').searchParams;
+    const model = query.get('model');
+    if (!model) return reject(errors.missingModel());
+    ctx.model = model;
+    const route = routing.router.resolve(model);
+    if (!route) return reject(errors.unknownModel(model));
+    const provider = routing.providers.get(route.provider)!;
+    ctx.provider = provider.name;
+    if (!provider.supports('realtime') || !provider.realtimeTarget) {
+      return reject(errors.unsupportedEndpoint(model, provider.name, provider.type, '/v1/realtime'));
+    }
+    if (route.upstreamModel) query.set('model', route.upstreamModel);
+    const target = provider.realtimeTarget(query);
+    const upstreamHeaders: Record<string, string> = { ...target.headers, 'x-request-id': ctx.id };
+    const beta = req.headers['openai-beta'];
+    if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;
+    const upstream = new WebSocket(target.url, protocols.filter((p) => p !== keyProtocol), {
+      headers: upstreamHeaders,
+      handshakeTimeout: this.#env.connectTimeoutMs,
+      perMessageDeflate: false,
+    });
+    let opened = false;
+    // The client left before the upstream answered.
+    const onEarlyClose = () => {
+      if (opened) return;
+      ctx.errorCode = 'client_gone';
+      upstream.terminate();
+      finished(499);
+    };
+    ctx.socket.once('close', onEarlyClose);
+    upstream.once('unexpected-response', (_request, response) => {
+      ctx.errorCode = `upstream_status_${response.statusCode}`;
+      this.#env.upstreamError(provider.name, 'status');
+      let body = '';
+      response.setEncoding('utf8');
+      response.on('data', (chunk: string) => (body += chunk.length + body.length < 65536 ? chunk : ''));
+      response.on('end', () => {
+        const status = response.statusCode ?? 502;
+        ctx.status = status;
+        rejectUpgrade(ctx.socket, status, response.statusMessage ?? 'Error', body || errors.upstreamFailed(provider.name).body());
+        ctx.socket.once('close', () => finished(status));
+        upstream.terminate();
+      });
+    });
+    upstream.once('error', (error) => {
+      if (opened) return;
+      const { error: gatewayError, kind } = classifyUpstreamError(error, provider.name);
+      this.#env.upstreamError(provider.name, kind);
+      ctx.socket.off('close', onEarlyClose);
+      reject(/handshake timed out/i.test(error.message) ? errors.upstreamTimeout(provider.name) : gatewayError);
+    });
+    upstream.once('open', () => {
+      opened = true;
+      ctx.socket.off('close', onEarlyClose);
+      if (ctx.socket.destroyed) {
+        upstream.terminate();
+        return;
+      }
+      this.#server.handleUpgrade(req, ctx.socket, ctx.head, (client) => {
+        ctx.status = 101;
+        new RealtimeSession(ctx, client, upstream, this.#env, finished);
+      });
+    });
+  }
+}
+
+class RealtimeSession implements ForceEndable {
+  readonly #ctx: UpgradeContext;
+  readonly #client: WebSocket;
+  readonly #upstream: WebSocket;
+  readonly #finished: (status: number) => void;
+  readonly #untrack: () => void;
+  #open = 2;
+
+  constructor(ctx: UpgradeContext, client: WebSocket, upstream: WebSocket, env: RealtimeEnvironment, finished: (status: number) => void) {
+    this.#ctx = ctx;
+    this.#client = client;
+    this.#upstream = upstream;
+    this.#finished = finished;
+    this.#untrack = env.trackForceEndable(this);
+    client.on('message', (data: RawData, isBinary: boolean) => {
+      if (upstream.readyState === WebSocket.OPEN) upstream.send(data, { binary: isBinary });
+    });
+    upstream.on('message', (data: RawData, isBinary: boolean) => {
+      if (!isBinary) this.#readUsage(data);
+      if (client.readyState === WebSocket.OPEN) client.send(data, { binary: isBinary });
+    });
+    client.on('close', (code, reason) => {
+      if (upstream.readyState === WebSocket.OPEN) upstream.close(sendableCode(code), reason);
+      else if (upstream.readyState === WebSocket.CONNECTING) upstream.terminate();
+      this.#closed();
+    });
+    upstream.on('close', (code, reason) => {
+      if (code !== 1000 && code !== 1001 && code !== 1005) ctx.errorCode ||= `upstream_closed_${code}`;
+      if (client.readyState === WebSocket.OPEN) client.close(sendableCode(code), reason);
+      this.#closed();
+    });
+    // Errors end in 'close' for both sockets; the handlers keep them from being uncaught.
+    client.on('error', () => client.terminate());
+    upstream.on('error', () => upstream.terminate());
+  }
+
+  /** L8: a forced drain closes the session with 1001 (going away), RFC 6455 §7.4.1. */
+  forceEnd(): void {
+    this.#ctx.errorCode ||= 'drain_forced';
+    this.#client.close(1001, 'gateway shutting down');
+    this.#upstream.close(1001, 'gateway shutting down');
+  }
+
+  #readUsage(data: RawData): void {
+    const text = data.toString();
+    if (!text.includes('"response.done"')) return;
+    try {
+      const event = JSON.parse(text) as { type?: string; response?: { usage?: unknown } };
+      if (event.type !== 'response.done') return;
+      const usage = readUsageFrom(event.response?.usage, undefined);
+      if (!usage) return;
+      const total = (this.#ctx.usage ??= { prompt: 0, completion: 0 });
+      total.prompt += usage.prompt;
+      total.completion += usage.completion;
+    } catch {
+      // Not JSON: relayed as it is.
+    }
+  }
+
+  #closed(): void {
+    if (--this.#open > 0) return;
+    this.#untrack();
+    this.#finished(101);
+  }
+}

@@ -1,0 +1,51 @@
+// Where WebSocket upgrade requests enter: the session is in flight from the upgrade request until
+// its socket closes and its usage is recorded (L7, L10), exactly like an HTTP request.
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { UpgradeContext } from './context.ts';
+import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
+import type { Listener } from './listener.ts';
+
+export interface UpgradeRoute {
+  /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
+  handle(ctx: UpgradeContext, finished: (status: number) => void): void;
+}
+
+export function rejectUpgrade(socket: Duplex, status: number, reason: string, body: string): void {
+  if (socket.destroyed) return;
+  socket.end(
+    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+  );
+}
+
+export function createUpgradeHandler(services: RequestServices, routes: ReadonlyMap<string, UpgradeRoute>) {
+  const { lifecycle, metrics } = services;
+  const recordFinished = createExchangeRecorder(services);
+  return function onUpgrade(listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const connection = lifecycle.connections.get(socket as never);
+    if (connection?.state === 'fresh') (socket as Duplex & { setTimeout(ms: number): void }).setTimeout(0);
+    lifecycle.requestStarted(connection);
+    const ctx = new UpgradeContext(req, socket, head, listener.name, connection);
+    ctx.protocol = 'websocket';
+    const path = pathOf(req.url);
+    const route = listener.role === 'proxy' ? routes.get(path) : undefined;
+    ctx.endpoint = route ? path.slice(path.lastIndexOf('/') + 1) : 'other';
+    metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
+    logIfDraining(services, ctx, path);
+    let done = false;
+    const finished = (status: number) => {
+      if (done) return;
+      done = true;
+      recordFinished(ctx, status);
+    };
+    socket.on('error', () => socket.destroy());
+    if (!route) {
+      ctx.errorCode = 'unknown_path';
+      rejectUpgrade(socket, 404, 'Not Found', JSON.stringify({ error: { message: `no WebSocket route for ${path}`, type: 'not_found_error', code: 'unknown_path' } }));
+      socket.once('close', () => finished(404));
+      return;
+    }
+    if (connection) lifecycle.connections.upgraded(connection);
+    route.handle(ctx, finished);
+  };
+}

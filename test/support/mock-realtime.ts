@@ -1,0 +1,76 @@
+// The mock upstream's WebSocket side: an OpenAI Realtime-like endpoint at /v1/realtime. It sends
+// `session.created` on connect; each `response.create` from the client is answered with a text
+// delta and a `response.done` carrying usage (5 input, 7 output tokens). A client message
+// `{"type":"mock.close","code":N}` makes the mock close the session with that code.
+import type { IncomingMessage, Server } from 'node:http';
+import type { Duplex } from 'node:stream';
+import { WebSocketServer, type WebSocket } from 'ws';
+import type { MockRequest } from './mock-upstream.ts';
+
+export const REALTIME_USAGE = { input_tokens: 5, output_tokens: 7, total_tokens: 12 };
+
+export interface RealtimeSessionRecord extends MockRequest {
+  /** Messages the mock received on this session. */
+  messages: string[];
+  /** The session's socket closed. */
+  closed: boolean;
+  closeCode: number | undefined;
+}
+
+/** Returns a function that terminates every open session (for the mock's close()). */
+export function attachRealtime(server: Server, received: MockRequest[] | undefined): () => void {
+  const wss = new WebSocketServer({ noServer: true, handleProtocols: (protocols) => (protocols.has('realtime') ? 'realtime' : false) });
+  server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
+    const path = (req.url ?? '').split('?')[0]!.replace(/\/+$/, '');
+    if (path !== '/v1/realtime' && path !== '/realtime') {
+      socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
+      return;
+    }
+    const rejectWith = new URL(req.url ?? '/', 'http://x').searchParams.get('mock_status');
+    if (rejectWith) {
+      const body = JSON.stringify({ error: { message: 'scripted rejection', type: 'invalid_request_error', code: 'mock' } });
+      socket.end(`HTTP/1.1 ${rejectWith} Rejected\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
+      return;
+    }
+    wss.handleUpgrade(req, socket, head, (ws) => session(ws, req, received));
+  });
+  return () => {
+    for (const client of wss.clients) client.terminate();
+  };
+}
+
+function session(ws: WebSocket, req: IncomingMessage, received: MockRequest[] | undefined): void {
+  const record: RealtimeSessionRecord = {
+    method: 'GET',
+    path: req.url ?? '/',
+    headers: req.headers,
+    body: '',
+    aborted: false,
+    completed: false,
+    messages: [],
+    closed: false,
+    closeCode: undefined,
+  };
+  received?.push(record);
+  ws.send(JSON.stringify({ type: 'session.created', session: { id: 'sess_mock', model: new URL(req.url ?? '/', 'http://x').searchParams.get('model') } }));
+  ws.on('message', (data, isBinary) => {
+    const text = isBinary ? '' : data.toString();
+    record.messages.push(text);
+    let message: { type?: string; code?: number } = {};
+    try {
+      message = JSON.parse(text) as typeof message;
+    } catch {
+      return;
+    }
+    if (message.type === 'mock.close') ws.close(message.code ?? 1000, 'scripted close');
+    if (message.type === 'response.create') {
+      ws.send(JSON.stringify({ type: 'response.output_text.delta', delta: 'mock' }));
+      ws.send(JSON.stringify({ type: 'response.done', response: { id: 'resp_mock', status: 'completed', usage: REALTIME_USAGE } }));
+    }
+  });
+  ws.on('close', (code) => {
+    record.closed = true;
+    record.closeCode = code;
+    record.completed = true;
+  });
+}
