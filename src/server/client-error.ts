@@ -29,5 +29,6 @@ export function sendClientError(error: NodeJS.ErrnoException & { rawPacket?: Buf
     socket.destroy();
     return;
   }
-  socket.end(PREBUILT.get(error.code ?? '') ?? BAD_REQUEST);
+  // Destroyed once written: a client that keeps sending (slowloris) must not keep a half-open socket.
+  socket.end(PREBUILT.get(error.code ?? '') ?? BAD_REQUEST, () => socket.destroy());
 }

@@ -15,6 +15,7 @@ export function rejectUpgrade(socket: Duplex, status: number, reason: string, bo
   if (socket.destroyed) return;
   socket.end(
     `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    () => socket.destroy(),
   );
 }
 

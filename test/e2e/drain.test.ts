@@ -286,3 +286,31 @@ test('D3: min_drain_secs 0 with nothing in flight exits at once', async () => {
     await gw.stop();
   }
 });
+
+test('L6: header timeouts (slowloris protection) still apply after the listeners close', async () => {
+  const gw = await startGateway({ config: config({ min_drain_secs: 0.2 }, { idle_timeout_secs: 20, headers_timeout_secs: 1 }) });
+  try {
+    const slow = postJson(`${gw.proxyUrl}/v1/chat/completions`, chat(), mockHeader({ headersDelayMs: 1500 }));
+    await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('1500')));
+    gw.signal('SIGTERM');
+    const loris = await openSocket(gw.proxyUrl);
+    loris.write('POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n');
+    const lorisClosed = closedAt(loris);
+    // Keep dribbling header bytes so that only a whole-headers deadline can end it.
+    const dribble = setInterval(() => {
+      if (!loris.destroyed) loris.write(`x-slow-${Date.now()}: 1\r\n`);
+    }, 300);
+    try {
+      assert.equal((await slow).status, 200);
+      const closingAt = Date.now();
+      await gw.waitForLog((l) => l.event === 'listeners_closing');
+      const at = await lorisClosed;
+      assert.ok(at - closingAt < 4000, `slow-header connection lived ${at - closingAt} ms after the listeners closed`);
+      assert.equal((await gw.exited).code, 0);
+    } finally {
+      clearInterval(dribble);
+    }
+  } finally {
+    await gw.stop();
+  }
+});
