@@ -22,7 +22,7 @@ export class AdminRoutes implements RouteTable {
 
   handle(ctx: RequestContext, path: string): void {
     if (path !== '/metrics') return sendError(ctx, this.#decision, errors.notFound(path));
-    if (ctx.req.method !== 'GET') return sendError(ctx, this.#decision, errors.methodNotAllowed(ctx.req.method ?? '', path));
+    if (ctx.req.method !== 'GET') return sendError(ctx, this.#decision, errors.methodNotAllowed(ctx.req.method ?? '', path, 'GET'));
     this.#metrics.render().then(
       (text) => {
         if (ctx.res.destroyed) return;

@@ -14,11 +14,14 @@ export class GatewayError extends Error {
   readonly type: ErrorType;
   /** Stable machine-readable code (also the access log's `error` field). */
   readonly code: string;
-  constructor(status: number, type: ErrorType, code: string, message: string) {
+  /** Extra response headers (e.g. `allow` on a 405). */
+  readonly headers: Readonly<Record<string, string>> | undefined;
+  constructor(status: number, type: ErrorType, code: string, message: string, headers?: Record<string, string>) {
     super(message);
     this.status = status;
     this.type = type;
     this.code = code;
+    this.headers = headers;
   }
 
   body(): string {
@@ -37,7 +40,8 @@ export const errors = {
   invalidKey: () => new GatewayError(401, 'authentication_error', 'invalid_api_key', 'invalid API key'),
   bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
   notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${path}`),
-  methodNotAllowed: (method: string, path: string) => new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${path}`),
+  methodNotAllowed: (method: string, path: string, allow: 'GET' | 'POST') =>
+    new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${path} (use ${allow})`, { allow }),
   upstreamConnect: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_connect_failed', `could not connect to provider "${provider}"`),
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),

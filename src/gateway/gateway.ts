@@ -70,13 +70,13 @@ export class Gateway {
     const routing = this.#routing;
     const { req } = ctx;
     if (path === '/v1/models') {
-      if (req.method !== 'GET') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path));
+      if (req.method !== 'GET') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'GET'));
       if (!this.#authorize(ctx, routing)) return;
       return sendJson(ctx, this.#env.decision, 200, routing.modelList);
     }
     const spec = MODEL_ENDPOINTS.get(path);
     if (!spec) return sendError(ctx, this.#env.decision, errors.notFound(path));
-    if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path));
+    if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'POST'));
     if (!this.#authorize(ctx, routing)) return;
     void this.#forward(ctx, spec, routing, path);
   }

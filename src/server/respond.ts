@@ -1,6 +1,6 @@
 // The one place where response heads are written, so that the drain decision (L3) is taken when
 // the headers go out, not when the request arrived.
-import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { OutgoingHttpHeaders } from 'node:http';
 import type { DrainDecision } from '../lifecycle/lifecycle.ts';
 import type { GatewayError } from '../gateway/errors.ts';
 import type { RequestContext } from './context.ts';
@@ -21,9 +21,8 @@ export function sendJson(ctx: RequestContext, decision: DrainDecision, status: n
 
 export function sendError(ctx: RequestContext, decision: DrainDecision, error: GatewayError): void {
   ctx.errorCode ||= error.code;
-  const extra: OutgoingHttpHeaders = error.status === 405 ? { allow: 'POST' } : {};
   if (ctx.res.headersSent || ctx.res.destroyed) return;
   const body = error.body();
-  writeHead(ctx, decision, error.status, { ...extra, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
+  writeHead(ctx, decision, error.status, { ...error.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   ctx.res.end(body);
 }
