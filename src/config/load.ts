@@ -32,12 +32,17 @@ export function formatPath(path: readonly PropertyKey[]): string {
   return out;
 }
 
+/** Values under these keys may be credentials: a problem there never quotes the value. */
+const SECRET_KEYS = new Set(['api_key', 'key', 'keys', 'headers']);
+
 function describeIssue(issue: z.core.$ZodIssue): string {
   switch (issue.code) {
     case 'unrecognized_keys':
       return `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
     case 'invalid_type':
-      return issue.input === undefined ? `required: expected ${issue.expected}` : `expected ${issue.expected}, got ${describeValue(issue.input)}`;
+      if (issue.input === undefined) return `required: expected ${issue.expected}`;
+      if (issue.path.some((part) => typeof part === 'string' && SECRET_KEYS.has(part))) return `expected ${issue.expected}`;
+      return `expected ${issue.expected}, got ${describeValue(issue.input)}`;
     case 'invalid_value':
       return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(' | ')}, got ${describeValue(issue.input)}`;
     default:

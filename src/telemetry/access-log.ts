@@ -30,7 +30,9 @@ export class AccessLog {
 
   record(r: FinishedRequest): void {
     const m = this.#metrics;
-    m.requests.labels(r.endpoint, statusLabel(r.status), r.model).inc();
+    // A model name is a label value only once it routed to a provider: names a client makes up
+    // (404 model_not_found) would otherwise add a time series each, without bound.
+    m.requests.labels(r.endpoint, statusLabel(r.status), r.provider ? r.model : '').inc();
     m.requestDuration.labels(r.endpoint).observe(r.durationSeconds);
     if (r.usage) {
       m.tokens.labels(r.model, r.provider, 'prompt').inc(r.usage.prompt);
