@@ -26,10 +26,26 @@ const name = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'expected a name of letters, digits, "_", "." or "-"');
 
+const tls = z.strictObject({
+  /** PEM certificate chain. Re-read on SIGHUP and when the file changes. */
+  cert_file: z.string().min(1),
+  key_file: z.string().min(1),
+  /** PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS). */
+  client_ca_file: z.string().min(1).optional(),
+  /** A connection that has not finished its TLS handshake by then is closed. */
+  handshake_timeout_secs: z.number().positive().default(10),
+});
+
 const listener = z.strictObject({
   name,
   address,
   role: z.enum(['proxy', 'admin']),
+  tls: tls.optional(),
+  /**
+   * Protocols served. With TLS they are offered by ALPN (default both). In cleartext, `h2` means
+   * HTTP/2 with prior knowledge (h2c); with both, each connection's first bytes decide.
+   */
+  protocols: z.array(z.enum(['http1', 'h2'])).min(1, 'expected at least one of "http1", "h2"').optional(),
 });
 
 const provider = z.strictObject({
@@ -74,6 +90,8 @@ const downstream = z.strictObject({
   headers_timeout_secs: z.number().positive().default(30),
   /** Time allowed for a client to send a complete request body. */
   request_timeout_secs: seconds.default(300),
+  /** L4: time between an HTTP/2 session's GOAWAY notice and its final GOAWAY. */
+  drain_timeout_secs: seconds.default(5),
 });
 
 const upstream = z.strictObject({
@@ -146,6 +164,13 @@ export const configSchema = z
 
 export type Config = z.infer<typeof configSchema>;
 export type ListenerConfig = Config['listeners'][number];
+export type TlsConfig = NonNullable<ListenerConfig['tls']>;
+export type Protocol = 'http1' | 'h2';
+
+/** The protocols a listener serves: as configured, else both with TLS and HTTP/1.1 without. */
+export function listenerProtocols(listener: ListenerConfig): readonly Protocol[] {
+  return listener.protocols ?? (listener.tls ? ['http1', 'h2'] : ['http1']);
+}
 export type ProviderConfig = Config['providers'][number];
 export type ModelConfig = Config['models'][number];
 export type ShutdownConfig = Config['shutdown'];

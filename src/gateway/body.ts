@@ -2,6 +2,29 @@
 import type { IncomingMessage } from 'node:http';
 import { errors, type GatewayError } from './errors.ts';
 
+/** How much of an unwanted body is read and thrown away before the connection is cut. */
+const DISCARD_LIMIT_BYTES = 64 * 1024 * 1024;
+const DISCARD_TIMEOUT_MS = 10_000;
+
+/**
+ * Reads and drops the rest of a body we answered early (413, 401), like nginx's lingering close:
+ * closing at once would reset a client still uploading, and it would never see our answer.
+ * Bounded in bytes and time; past either, the connection is cut.
+ */
+export function discardRest(req: IncomingMessage): void {
+  if (req.complete || req.destroyed) return;
+  let discarded = 0;
+  const timer = setTimeout(() => req.socket?.destroy(), DISCARD_TIMEOUT_MS);
+  timer.unref();
+  req.on('data', (chunk: Buffer) => {
+    discarded += chunk.length;
+    if (discarded > DISCARD_LIMIT_BYTES) req.socket?.destroy();
+  });
+  req.once('end', () => clearTimeout(timer));
+  req.once('close', () => clearTimeout(timer));
+  req.resume();
+}
+
 export type BodyResult = { ok: true; body: Buffer } | { ok: false; error: GatewayError | undefined };
 
 /**
@@ -10,7 +33,10 @@ export type BodyResult = { ok: true; body: Buffer } | { ok: false; error: Gatewa
  */
 export function readBody(req: IncomingMessage, limit: number): Promise<BodyResult> {
   const declared = req.headers['content-length'];
-  if (declared !== undefined && Number(declared) > limit) return Promise.resolve({ ok: false, error: errors.bodyTooLarge(limit) });
+  if (declared !== undefined && Number(declared) > limit) {
+    discardRest(req);
+    return Promise.resolve({ ok: false, error: errors.bodyTooLarge(limit) });
+  }
   return new Promise((resolve) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -18,7 +44,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<BodyResul
       size += chunk.length;
       if (size > limit) {
         cleanup();
-        req.pause();
+        discardRest(req);
         resolve({ ok: false, error: errors.bodyTooLarge(limit) });
         return;
       }

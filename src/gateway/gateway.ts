@@ -8,7 +8,7 @@ import { ModelRouter } from '../routing/router.ts';
 import { ClientKeys } from '../auth/keys.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
-import { readBody } from './body.ts';
+import { discardRest, readBody } from './body.ts';
 import { errors } from './errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
@@ -85,8 +85,7 @@ export class Gateway {
     const auth = routing.keys.check(ctx.req.headers);
     if (auth.ok) return true;
     sendError(ctx, this.#env.decision, auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());
-    // The rest of the body is not wanted: do not keep the connection for it.
-    if (!ctx.req.complete) ctx.res.shouldKeepAlive = false;
+    discardRest(ctx.req);
     return false;
   }
 
@@ -94,10 +93,7 @@ export class Gateway {
     const decision = this.#env.decision;
     const read = await readBody(ctx.req, routing.bodyLimit);
     if (!read.ok) {
-      if (read.error) {
-        ctx.res.shouldKeepAlive = false;
-        sendError(ctx, decision, read.error);
-      }
+      if (read.error) sendError(ctx, decision, read.error);
       return;
     }
     let json: unknown;

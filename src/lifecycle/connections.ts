@@ -5,15 +5,23 @@ import type { Socket } from 'node:net';
 export type ConnectionState = 'fresh' | 'idle' | 'active' | 'upgraded';
 
 export interface TrackedConnection {
-  readonly socket: Socket;
+  /** The transport: the TCP socket, then the TLS socket once the handshake is done. */
+  socket: Socket;
   readonly listener: string;
-  readonly acceptedAt: number;
+  /** When the connection was accepted, or when its TLS handshake completed. */
+  acceptedAt: number;
+  /** When the last request on it finished (for idle timeouts of multiplexed protocols). */
+  idleSince: number;
+  /** 'http1', 'h2', or 'tls' while the handshake is under way. */
+  protocol: string;
   state: ConnectionState;
   /** Requests in flight on this connection (HTTP/1.1 pipelining may make it more than one). */
   inFlight: number;
   /** Set when the connection must close once its current response is done (L3). */
   retiring: boolean;
   closeReason: string | undefined;
+  /** How to close it gracefully when the protocol has its own way (HTTP/2: GOAWAY). */
+  gracefulClose: (() => void) | undefined;
 }
 
 export interface ConnectionEvents {
@@ -40,18 +48,35 @@ export class ConnectionTracker {
       socket,
       listener,
       acceptedAt: this.#now(),
+      idleSince: 0,
+      protocol: 'http1',
       state: 'fresh',
       inFlight: 0,
       retiring: false,
       closeReason: undefined,
+      gracefulClose: undefined,
     };
+    this.#watch(connection, socket);
+    this.#events.accepted(connection);
+    return connection;
+  }
+
+  /** The connection now runs over `socket` (a TLS socket over the TCP one it was accepted on). */
+  handOver(connection: TrackedConnection, socket: Socket): void {
+    this.#connections.delete(connection.socket);
+    connection.socket = socket;
+    connection.acceptedAt = this.#now();
+    this.#watch(connection, socket);
+  }
+
+  #watch(connection: TrackedConnection, socket: Socket): void {
     this.#connections.set(socket, connection);
     socket.once('close', () => {
+      // After a hand-over the old socket's close is not the connection's.
+      if (this.#connections.get(socket) !== connection) return;
       this.#connections.delete(socket);
       this.#events.closed(connection, connection.closeReason ?? (connection.state === 'fresh' ? 'client_closed_fresh' : 'client_closed'));
     });
-    this.#events.accepted(connection);
-    return connection;
   }
 
   get(socket: Socket): TrackedConnection | undefined {
@@ -68,6 +93,7 @@ export class ConnectionTracker {
     connection.inFlight--;
     if (connection.inFlight > 0 || connection.state === 'upgraded') return false;
     connection.state = 'idle';
+    connection.idleSince = this.#now();
     return true;
   }
 
@@ -78,6 +104,10 @@ export class ConnectionTracker {
   /** Ends the connection gracefully (FIN after pending writes), recording why. */
   end(connection: TrackedConnection, reason: string): void {
     connection.closeReason ??= reason;
+    if (connection.gracefulClose) {
+      connection.gracefulClose();
+      return;
+    }
     // Sends FIN after pending writes, then destroys: a peer that never answers our FIN must not
     // hold the drain open.
     connection.socket.destroySoon();

@@ -37,7 +37,14 @@ export interface DrainSettings {
   progressLogSecs: number;
   /** L6: how long a fresh connection is held after the listeners close. */
   freshConnectionGraceSecs: number;
+  /** While serving, a connection that sends no request for this long is closed (0 = never). */
+  freshTimeoutSecs?: number;
+  /** Idle multiplexed (HTTP/2) connections are closed after this long (0 = never). */
+  idleTimeoutSecs?: number;
 }
+
+/** How often connection deadlines (fresh and idle timeouts) are checked. */
+const SWEEP_MS = 500;
 
 export class Lifecycle implements DrainDecision {
   readonly connections: ConnectionTracker;
@@ -108,7 +115,24 @@ export class Lifecycle implements DrainDecision {
   }
 
   markServing(): void {
-    if (this.#state === 'starting') this.#state = 'serving';
+    if (this.#state !== 'starting') return;
+    this.#state = 'serving';
+    this.#timers.push(this.#clock.every(SWEEP_MS, () => this.#sweep()));
+  }
+
+  /** One timer for every connection deadline, instead of a timer per connection. */
+  #sweep(): void {
+    const now = this.#clock.now();
+    const freshMs = (this.#settings.freshTimeoutSecs ?? 0) * 1000;
+    const idleMs = (this.#settings.idleTimeoutSecs ?? 0) * 1000;
+    if (freshMs === 0 && idleMs === 0) return;
+    for (const connection of this.connections.all()) {
+      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
+        this.connections.destroy(connection, 'fresh_timeout');
+      } else if (idleMs > 0 && connection.state === 'idle' && connection.gracefulClose && now - connection.idleSince >= idleMs) {
+        this.connections.end(connection, 'idle_timeout');
+      }
+    }
   }
 
   shouldRetire(): boolean {
