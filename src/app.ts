@@ -22,6 +22,8 @@ export interface RunningGateway {
   drain(trigger: string): Promise<number>;
   /** L8: a second signal ends the drain now. */
   force(reason: string): void;
+  /** New TLS handshakes use the certificates now in the files (SIGHUP). */
+  reloadCertificates(trigger: string): void;
 }
 
 export async function startGateway(config: Config, logger: Logger): Promise<RunningGateway> {
@@ -35,6 +37,8 @@ export async function startGateway(config: Config, logger: Logger): Promise<Runn
       maxDrainSecs: config.shutdown.max_drain_secs,
       progressLogSecs: config.shutdown.progress_log_secs,
       freshConnectionGraceSecs: config.downstream.idle_timeout_secs || config.downstream.fresh_connection_grace_secs,
+      freshTimeoutSecs: config.downstream.headers_timeout_secs,
+      idleTimeoutSecs: config.downstream.idle_timeout_secs,
     },
     hooks: {
       stopAccepting: () => {
@@ -84,7 +88,9 @@ export async function startGateway(config: Config, logger: Logger): Promise<Runn
     connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
   const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));
-  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, onRequest, l.role === 'proxy' ? onUpgrade : undefined));
+  listeners = config.listeners.map(
+    (l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, onRequest, l.role === 'proxy' ? onUpgrade : undefined),
+  );
   try {
     for (const listener of listeners) {
       const address = await listener.listen();
@@ -106,6 +112,9 @@ export async function startGateway(config: Config, logger: Logger): Promise<Runn
     lifecycle,
     listeners,
     drain: (trigger) => lifecycle.drain(trigger),
+    reloadCertificates: (trigger) => {
+      for (const listener of listeners) listener.reloadCertificates(trigger);
+    },
     force: (reason) => lifecycle.force(reason),
   };
 }

@@ -88,6 +88,7 @@ async function serve(config: Config): Promise<number> {
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
+    process.on('SIGHUP', () => started.reloadCertificates('SIGHUP'));
   });
 }
 

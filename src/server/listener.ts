@@ -1,82 +1,203 @@
-// A listener owns its listening socket (net.Server) and hands accepted connections to an HTTP/1.1
-// protocol server that never listens itself. Closing the listening socket therefore stops
-// accepting without touching accepted connections (node's http.Server.close() would destroy fresh
-// ones, which L6 forbids), and the protocol server's header/request timeouts keep running after
-// the listener has closed.
+// A listener owns its listening socket (net.Server, or tls.Server for TLS) and hands each accepted
+// connection to a protocol server that never listens itself: HTTP/1.1 (http.Server) or HTTP/2
+// (http2.Server), chosen by ALPN on TLS and by the first bytes in cleartext (h2c with prior
+// knowledge). Closing the listening socket therefore stops accepting without touching accepted
+// connections (node's http.Server.close() would destroy fresh ones, which L6 forbids), and the
+// protocol servers' header/request timeouts keep running after the listener has closed.
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
+import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
 import { Server as HttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import type { Duplex } from 'node:stream';
-import type { DownstreamConfig, ListenerConfig } from '../config/schema.ts';
-import { parseAddress } from '../config/schema.ts';
+import type { DownstreamConfig, ListenerConfig, Protocol } from '../config/schema.ts';
+import { listenerProtocols, parseAddress } from '../config/schema.ts';
 import type { Lifecycle } from '../lifecycle/lifecycle.ts';
+import type { TrackedConnection } from '../lifecycle/connections.ts';
+import type { Clock } from '../lifecycle/clock.ts';
 import { sendClientError } from './client-error.ts';
+import { Http2Sessions } from './http2.ts';
+import { loadTlsMaterial, watchTlsFiles } from './tls.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
 export type UpgradeHandler = (listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer) => void;
+
+export interface ListenerLog {
+  info(fields: object, message: string): void;
+  error(fields: object, message: string): void;
+}
+
+/** The HTTP/2 connection preface (RFC 9113 §3.4) starts with these bytes. */
+const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n');
 
 export class Listener {
   readonly name: string;
   readonly role: ListenerConfig['role'];
   readonly configuredAddress: string;
-  readonly #net: NetServer;
-  readonly #http: HttpServer;
+  readonly protocols: readonly Protocol[];
+  readonly tls: boolean;
+  readonly #config: ListenerConfig;
+  readonly #acceptor: NetServer | TlsServer;
+  readonly #http1: HttpServer | undefined;
+  readonly #http2: Http2Server | undefined;
+  readonly #sessions: Http2Sessions;
   readonly #lifecycle: Lifecycle;
-  readonly #freshTimeoutMs: number;
+  readonly #log: ListenerLog;
+  #pendingConnection: TrackedConnection | undefined;
+  #unwatch: (() => void) | undefined;
   #accepting = false;
 
-  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, onRequest: RequestHandler, onUpgrade?: UpgradeHandler) {
+  constructor(
+    config: ListenerConfig,
+    downstream: DownstreamConfig,
+    lifecycle: Lifecycle,
+    clock: Clock,
+    log: ListenerLog,
+    onRequest: RequestHandler,
+    onUpgrade?: UpgradeHandler,
+  ) {
     this.name = config.name;
     this.role = config.role;
     this.configuredAddress = config.address;
+    this.protocols = listenerProtocols(config);
+    this.tls = config.tls !== undefined;
+    this.#config = config;
     this.#lifecycle = lifecycle;
-    this.#freshTimeoutMs = downstream.headers_timeout_secs * 1000;
-    this.#http = new HttpServer({
-      keepAliveTimeout: downstream.idle_timeout_secs * 1000,
-      headersTimeout: downstream.headers_timeout_secs * 1000,
-      requestTimeout: downstream.request_timeout_secs * 1000,
-      connectionsCheckingInterval: 1000,
-      noDelay: true,
-    });
-    this.#http.on('request', (req: IncomingMessage, res: ServerResponse) => onRequest(this, req, res));
-    this.#http.on('clientError', sendClientError);
-    if (onUpgrade) this.#http.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(this, req, socket, head));
-    // Starts the protocol server's connection tracking (headers/request timeouts) without a socket.
-    this.#http.emit('listening');
-    this.#net = createNetServer({ noDelay: true, pauseOnConnect: false }, (socket) => this.#accept(socket));
-  }
-
-  /** The protocol server, for upgrade handlers to attach to. */
-  get http(): HttpServer {
-    return this.#http;
+    this.#log = log;
+    this.#sessions = new Http2Sessions(downstream.drain_timeout_secs * 1000, clock);
+    if (this.protocols.includes('http1')) {
+      const http1 = new HttpServer({
+        keepAliveTimeout: Math.round(downstream.idle_timeout_secs * 1000),
+        headersTimeout: Math.round(downstream.headers_timeout_secs * 1000),
+        requestTimeout: Math.round(downstream.request_timeout_secs * 1000),
+        connectionsCheckingInterval: 1000,
+        noDelay: true,
+      });
+      http1.on('request', (req: IncomingMessage, res: ServerResponse) => onRequest(this, req, res));
+      http1.on('clientError', sendClientError);
+      if (onUpgrade) http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(this, req, socket, head));
+      // Starts the protocol server's connection tracking (headers/request timeouts) without a socket.
+      http1.emit('listening');
+      this.#http1 = http1;
+    }
+    if (this.protocols.includes('h2')) {
+      const http2 = createHttp2Server({ maxSessionMemory: 64 });
+      http2.on('session', (session: ServerHttp2Session) => {
+        const connection = this.#pendingConnection;
+        this.#pendingConnection = undefined;
+        if (connection) this.#sessions.add(session, connection);
+        // Sessions accepted during the drain get the same treatment as HTTP/1.1 connections.
+        if (lifecycle.draining) this.#sessions.retire(session);
+      });
+      http2.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) =>
+        onRequest(this, req as unknown as IncomingMessage, res as unknown as ServerResponse),
+      );
+      this.#http2 = http2;
+      lifecycle.onRetire(() => this.#sessions.retireAll());
+    }
+    if (config.tls) {
+      const material = loadTlsMaterial(config.tls);
+      const tlsServer = createTlsServer({
+        ...material.options,
+        ALPNProtocols: this.protocols.map((p) => (p === 'h2' ? 'h2' : 'http/1.1')),
+        requestCert: config.tls.client_ca_file !== undefined,
+        rejectUnauthorized: config.tls.client_ca_file !== undefined,
+        handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
+      });
+      tlsServer.on('connection', (socket: Socket) => {
+        const connection = lifecycle.connectionAccepted(socket, this.name);
+        connection.protocol = 'tls';
+      });
+      tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
+      tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
+        const connection = lifecycle.connections.get(socket) ?? lifecycle.connections.get((socket as unknown as { _parent?: Socket })._parent!);
+        if (connection) connection.closeReason ??= error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'tls_handshake_timeout' : 'tls_handshake_failed';
+        socket.destroy();
+      });
+      this.#acceptor = tlsServer;
+    } else {
+      this.#acceptor = createNetServer({ noDelay: true }, (socket) => this.#accepted(socket));
+    }
   }
 
   get accepting(): boolean {
     return this.#accepting;
   }
 
+  /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
+  connectionOf(req: IncomingMessage): TrackedConnection | undefined {
+    if (req.httpVersionMajor === 2) return this.#sessions.connectionOf((req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session);
+    return this.#lifecycle.connections.get(req.socket);
+  }
+
   listen(): Promise<AddressInfo> {
     const { host, port } = parseAddress(this.configuredAddress)!;
     return new Promise((resolve, reject) => {
-      this.#net.once('error', reject);
-      this.#net.listen({ host, port, backlog: 1024 }, () => {
-        this.#net.off('error', reject);
+      this.#acceptor.once('error', reject);
+      this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
+        this.#acceptor.off('error', reject);
         this.#accepting = true;
-        resolve(this.#net.address() as AddressInfo);
+        if (this.#config.tls) this.#unwatch = watchTlsFiles(this.#config.tls, () => this.reloadCertificates('file change'));
+        resolve(this.#acceptor.address() as AddressInfo);
       });
     });
   }
 
   /** Stops accepting; accepted connections carry on. Idempotent. */
   stopAccepting(): void {
+    this.#unwatch?.();
+    this.#unwatch = undefined;
     if (!this.#accepting) return;
     this.#accepting = false;
-    this.#net.close();
+    this.#acceptor.close();
   }
 
-  #accept(socket: Socket): void {
-    this.#lifecycle.connectionAccepted(socket, this.name);
-    // Slowloris guard for connections that never send a byte; cleared by their first request.
-    if (this.#freshTimeoutMs > 0) socket.setTimeout(this.#freshTimeoutMs);
-    this.#http.emit('connection', socket);
+  /** New handshakes use the certificate now in the files; a bad one is refused and the old kept. */
+  reloadCertificates(trigger: string): boolean {
+    if (!this.#config.tls) return false;
+    try {
+      const material = loadTlsMaterial(this.#config.tls);
+      (this.#acceptor as TlsServer).setSecureContext(material.options);
+      this.#log.info({ event: 'tls_reloaded', listener: this.name, trigger }, 'TLS certificate reloaded');
+      return true;
+    } catch (error) {
+      this.#log.error({ event: 'tls_reload_failed', listener: this.name, trigger, reason: (error as Error).message }, 'TLS certificate reload failed; keeping the current one');
+      return false;
+    }
+  }
+
+  #accepted(socket: Socket): void {
+    const connection = this.#lifecycle.connectionAccepted(socket, this.name);
+    if (!this.#http2) return this.#serve(socket, connection, 'http1');
+    if (!this.#http1) return this.#serve(socket, connection, 'h2');
+    // Cleartext with both: HTTP/2 with prior knowledge starts with the connection preface.
+    const sniff = (chunk: Buffer) => {
+      socket.pause();
+      socket.unshift(chunk);
+      this.#serve(socket, connection, H2_PREFACE.subarray(0, Math.min(chunk.length, H2_PREFACE.length)).equals(chunk.subarray(0, H2_PREFACE.length)) ? 'h2' : 'http1');
+      socket.resume();
+    };
+    socket.once('data', sniff);
+  }
+
+  #secured(socket: TLSSocket): void {
+    const raw = (socket as unknown as { _parent?: Socket })._parent;
+    const connection = raw ? this.#lifecycle.connections.get(raw) : undefined;
+    if (!connection) {
+      socket.destroy();
+      return;
+    }
+    this.#lifecycle.connections.handOver(connection, socket);
+    this.#serve(socket, connection, socket.alpnProtocol === 'h2' ? 'h2' : 'http1');
+  }
+
+  #serve(socket: Socket, connection: TrackedConnection, protocol: Protocol): void {
+    connection.protocol = protocol;
+    if (protocol === 'h2') {
+      this.#pendingConnection = connection;
+      this.#http2!.emit('connection', socket);
+      this.#pendingConnection = undefined;
+    } else {
+      this.#http1!.emit('connection', socket);
+    }
   }
 }

@@ -72,10 +72,7 @@ export function createRequestHandler(services: RequestServices) {
   }
 
   return function onRequest(listener: Listener, req: IncomingMessage, res: ServerResponse): void {
-    const socket = req.socket;
-    const connection = lifecycle.connections.get(socket);
-    // The fresh-connection guard is done once a request arrives; keep-alive timing takes over.
-    if (connection?.state === 'fresh') socket.setTimeout(0);
+    const connection = listener.connectionOf(req);
     lifecycle.requestStarted(connection);
     const ctx = new RequestContext(req, res, listener.name, connection);
     res.once('close', () => finished(ctx));

@@ -23,8 +23,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
   const { lifecycle, metrics } = services;
   const recordFinished = createExchangeRecorder(services);
   return function onUpgrade(listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer): void {
-    const connection = lifecycle.connections.get(socket as never);
-    if (connection?.state === 'fresh') (socket as Duplex & { setTimeout(ms: number): void }).setTimeout(0);
+    const connection = listener.connectionOf(req);
     lifecycle.requestStarted(connection);
     const ctx = new UpgradeContext(req, socket, head, listener.name, connection);
     ctx.protocol = 'websocket';
