@@ -64,7 +64,7 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   if (document.errors.length > 0) {
     throw new ConfigError(
       source,
-      document.errors.map((e) => ({ path: '', message: `YAML syntax: ${e.message.split('\n')[0]}${e.linePos ? ` (line ${e.linePos[0].line})` : ''}` })),
+      document.errors.map((e) => ({ path: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
     );
   }
   const raw = document.toJS() ?? {};
@@ -80,7 +80,14 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   // reportInput: describeIssue tells a wrong value ("got ...") from a missing one by `issue.input`.
   const result = configSchema.safeParse(resolved, { reportInput: true });
   if (!result.success) {
-    for (const issue of result.error.issues) problems.push({ path: formatPath(issue.path), message: describeIssue(issue) });
+    for (const issue of result.error.issues) {
+      // An unknown key is reported at its own path, one problem per key.
+      if (issue.code === 'unrecognized_keys') {
+        for (const key of issue.keys) problems.push({ path: formatPath([...issue.path, key]), message: `unknown key "${key}"` });
+      } else {
+        problems.push({ path: formatPath(issue.path), message: describeIssue(issue) });
+      }
+    }
   }
   if (problems.length > 0 || !result.success) throw new ConfigError(source, problems);
   return deepFreeze(result.data);

@@ -22,6 +22,18 @@ const address = z.string().refine((text) => parseAddress(text) !== undefined, {
   message: 'expected an address "host:port" (for example 127.0.0.1:8080 or [::1]:8080), port 0-65535',
 });
 
+/**
+ * Numbers and booleans may come from `${VAR}` interpolation, which yields strings: a string that
+ * is a plain number (or true/false) is read as one. Anything else is left for the schema to reject.
+ */
+const fromText = (value: unknown): unknown => {
+  if (typeof value !== 'string') return value;
+  const text = value.trim();
+  if (text === 'true' || text === 'false') return text === 'true';
+  return /^-?\d+(\.\d+)?$/.test(text) ? Number(text) : value;
+};
+const fromEnv = <T extends z.ZodType>(schema: T) => z.preprocess(fromText, schema);
+
 const name = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'expected a name of letters, digits, "_", "." or "-"');
@@ -33,7 +45,7 @@ const tls = z.strictObject({
   /** PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS). */
   client_ca_file: z.string().min(1).optional(),
   /** A connection that has not finished its TLS handshake by then is closed. */
-  handshake_timeout_secs: z.number().positive().default(10),
+  handshake_timeout_secs: fromEnv(z.number().positive()).default(10),
 });
 
 const listener = z.strictObject({
@@ -69,7 +81,7 @@ const clientKey = z.union([
   z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters') }),
 ]);
 
-const seconds = z.number().nonnegative('expected a number of seconds >= 0');
+const seconds = fromEnv(z.number().nonnegative('expected a number of seconds >= 0'));
 
 const shutdown = z.strictObject({
   /** L2: the listeners keep accepting for at least this long after the signal. */
@@ -77,7 +89,7 @@ const shutdown = z.strictObject({
   /** L8: optional backstop; 0 means the drain has no deadline of its own. */
   max_drain_secs: seconds.default(0),
   /** O1: how often "still draining" is logged. */
-  progress_log_secs: z.number().positive().default(5),
+  progress_log_secs: fromEnv(z.number().positive()).default(5),
 });
 
 const downstream = z.strictObject({
@@ -85,9 +97,9 @@ const downstream = z.strictObject({
   idle_timeout_secs: seconds.default(0),
   /** L6: with no idle timeout, how long a fresh connection is held after the listeners close. */
   fresh_connection_grace_secs: seconds.default(10),
-  request_body_limit_bytes: z.number().int().positive().default(10 * 1024 * 1024),
+  request_body_limit_bytes: fromEnv(z.number().int().positive()).default(10 * 1024 * 1024),
   /** Time allowed for a client to send complete request headers (slowloris protection). */
-  headers_timeout_secs: z.number().positive().default(30),
+  headers_timeout_secs: fromEnv(z.number().positive()).default(30),
   /** Time allowed for a client to send a complete request body. */
   request_timeout_secs: seconds.default(300),
   /** L4: time between an HTTP/2 session's GOAWAY notice and its final GOAWAY. */
@@ -95,16 +107,16 @@ const downstream = z.strictObject({
 });
 
 const upstream = z.strictObject({
-  connect_timeout_ms: z.number().int().positive().default(5000),
+  connect_timeout_ms: fromEnv(z.number().int().positive()).default(5000),
   /** Longest wait for response headers, and longest silence between body chunks. */
-  timeout_ms: z.number().int().positive().default(600_000),
+  timeout_ms: fromEnv(z.number().int().positive()).default(600_000),
   /** Keep-alive connections per provider origin (0 = unlimited). */
-  max_connections: z.number().int().nonnegative().default(0),
+  max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
 const log = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
-  access_log: z.boolean().default(true),
+  access_log: fromEnv(z.boolean()).default(true),
 });
 
 export const configSchema = z
@@ -118,49 +130,68 @@ export const configSchema = z
     upstream: upstream.default(upstream.parse({})),
     log: log.default(log.parse({})),
   })
-  .superRefine((config, ctx) => {
-    const unique = (items: { name: string }[], key: string) => {
-      const seen = new Set<string>();
-      items.forEach((item, index) => {
-        if (seen.has(item.name)) {
-          ctx.addIssue({ code: 'custom', path: [key, index, 'name'], message: `duplicate name "${item.name}"` });
-        }
-        seen.add(item.name);
-      });
-    };
-    unique(config.listeners, 'listeners');
-    unique(config.providers, 'providers');
-    unique(config.models, 'models');
-    if (!config.listeners.some((l) => l.role === 'proxy')) {
-      ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
-    }
-    const addresses = new Map<string, number>();
-    config.listeners.forEach((l, index) => {
-      const parsed = parseAddress(l.address);
-      if (!parsed || parsed.port === 0) return;
-      const key = `${parsed.host}:${parsed.port}`;
-      if (addresses.has(key)) {
-        ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `address ${l.address} is already used by listeners[${addresses.get(key)}]` });
-      }
-      addresses.set(key, index);
-    });
-    const providers = new Set(config.providers.map((p) => p.name));
-    config.models.forEach((m, index) => {
-      if (!providers.has(m.provider)) {
-        const known = [...providers].map((p) => `"${p}"`).join(', ') || 'none configured';
-        ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known})` });
-      }
-      const star = m.name.indexOf('*');
-      if (star !== -1 && star !== m.name.length - 1) {
-        ctx.addIssue({ code: 'custom', path: ['models', index, 'name'], message: 'a "*" may only end a model name pattern ("*" or "prefix-*")' });
-      }
-    });
-    config.providers.forEach((p, index) => {
-      if (p.type === 'echo' && p.base_url !== undefined) {
-        ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: 'an echo provider answers locally and takes no base_url' });
-      }
-    });
+  .superRefine(crossChecks, {
+    // Run even when some values have the wrong type, so one run reports every problem.
+    when: (payload) => payload.value !== null && typeof payload.value === 'object',
   });
+
+type Named = { name?: unknown };
+
+/** Checks across entries. Defensive: with type errors elsewhere, any field may be malformed. */
+function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
+  const config = value as Record<string, unknown>;
+  const list = (key: string) => (Array.isArray(config[key]) ? (config[key] as Record<string, unknown>[]) : []);
+  const listeners = list('listeners');
+  const providers = list('providers');
+  const models = list('models');
+  const unique = (items: Named[], key: string) => {
+    const seen = new Set<unknown>();
+    items.forEach((item, index) => {
+      if (typeof item?.name !== 'string') return;
+      if (seen.has(item.name)) ctx.addIssue({ code: 'custom', path: [key, index, 'name'], message: `duplicate name "${item.name}"` });
+      seen.add(item.name);
+    });
+  };
+  unique(listeners, 'listeners');
+  unique(providers, 'providers');
+  unique(models, 'models');
+  if (Array.isArray(config.listeners) && listeners.length > 0 && !listeners.some((l) => l?.role === 'proxy')) {
+    ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
+  }
+  const addresses = new Map<string, number>();
+  listeners.forEach((l, index) => {
+    const parsed = typeof l?.address === 'string' ? parseAddress(l.address) : undefined;
+    if (!parsed || parsed.port === 0) return;
+    const key = `${parsed.host}:${parsed.port}`;
+    if (addresses.has(key)) {
+      ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `address ${String(l.address)} is already used by listeners[${addresses.get(key)}]` });
+    }
+    addresses.set(key, index);
+  });
+  const providerNames = new Set(providers.map((p) => p?.name).filter((n) => typeof n === 'string'));
+  models.forEach((m, index) => {
+    if (typeof m?.provider === 'string' && !providerNames.has(m.provider)) {
+      const known = [...providerNames].map((p) => `"${String(p)}"`).join(', ') || 'none configured';
+      ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known})` });
+    }
+    const name = typeof m?.name === 'string' ? m.name : '';
+    const star = name.indexOf('*');
+    if (star !== -1 && star !== name.length - 1) {
+      ctx.addIssue({ code: 'custom', path: ['models', index, 'name'], message: 'a "*" may only end a model name pattern ("*" or "prefix-*")' });
+    }
+  });
+  providers.forEach((p, index) => {
+    if (p?.type === 'echo' && p.base_url !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: 'an echo provider answers locally and takes no base_url' });
+    }
+  });
+  const downstream = config.downstream as Record<string, unknown> | undefined;
+  const headers = downstream?.headers_timeout_secs;
+  const request = downstream?.request_timeout_secs;
+  if (typeof headers === 'number' && typeof request === 'number' && request > 0 && headers > request) {
+    ctx.addIssue({ code: 'custom', path: ['downstream', 'headers_timeout_secs'], message: `must not exceed downstream.request_timeout_secs (${request})` });
+  }
+}
 
 export type Config = z.infer<typeof configSchema>;
 export type ListenerConfig = Config['listeners'][number];

@@ -78,7 +78,7 @@ export class Lifecycle implements DrainDecision {
           this.#check();
         },
       },
-      options.clock.now,
+      () => options.clock.now(),
     );
   }
 
@@ -209,9 +209,9 @@ export class Lifecycle implements DrainDecision {
   /** L8: ends the drain now. In-flight streams get an explicit error event; the exit code is 1. */
   force(reason: string): void {
     if (this.#state === 'exited' || this.#forced) return;
-    if (!this.#done) void this.drain(reason);
     this.#forced = reason;
     this.#log.warn({ event: 'drain_forced', reason, in_flight: this.#inFlight, open_connections: this.connections.size }, 'drain forced');
+    if (!this.#done) void this.drain(reason);
     if (this.#state === 'draining') this.#closeListeners();
     for (const stream of [...this.#forceEndables]) stream.forceEnd(reason);
     for (const connection of this.connections.all()) {

@@ -11,7 +11,8 @@ const MAX_STREAM_ID = 2 ** 31 - 1;
 export class Http2Sessions {
   readonly #connections = new WeakMap<ServerHttp2Session, TrackedConnection>();
   readonly #sessions = new Set<ServerHttp2Session>();
-  readonly #retiring = new WeakSet<ServerHttp2Session>();
+  /** Sessions that got the GOAWAY notice and wait for their final GOAWAY. */
+  readonly #noticed = new WeakSet<ServerHttp2Session>();
   readonly #drainTimeoutMs: number;
   readonly #clock: Clock;
 
@@ -24,8 +25,11 @@ export class Http2Sessions {
     connection.protocol = 'h2';
     this.#connections.set(session, connection);
     this.#sessions.add(session);
-    // Closing an idle session is a final GOAWAY, not a reset socket.
-    connection.gracefulClose = () => this.close(session);
+    // Closing a session is a final GOAWAY, not a reset socket; one that already got the notice
+    // keeps its drain timeout, so a stream the client is opening right now is not refused.
+    connection.gracefulClose = () => {
+      if (!this.#noticed.has(session)) this.close(session);
+    };
     session.once('close', () => this.#sessions.delete(session));
     session.on('error', () => session.destroy());
   }
@@ -36,8 +40,10 @@ export class Http2Sessions {
 
   /** L4: the notice now, the final GOAWAY after the drain timeout. Idempotent. */
   retire(session: ServerHttp2Session): void {
-    if (session.closed || session.destroyed || this.#retiring.has(session)) return;
-    this.#retiring.add(session);
+    if (session.closed || session.destroyed || this.#noticed.has(session)) return;
+    this.#noticed.add(session);
+    const connection = this.#connections.get(session);
+    if (connection) connection.retiring = true;
     session.goaway(constants.NGHTTP2_NO_ERROR, MAX_STREAM_ID);
     const timer = this.#clock.after(this.#drainTimeoutMs, () => this.close(session));
     session.once('close', () => timer.cancel());
@@ -49,7 +55,6 @@ export class Http2Sessions {
 
   /** Final GOAWAY with the last stream id; the session ends when its open streams have. */
   close(session: ServerHttp2Session): void {
-    this.#retiring.add(session);
     if (!session.closed && !session.destroyed) session.close();
   }
 }

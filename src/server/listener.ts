@@ -84,9 +84,9 @@ export class Listener {
       http2.on('session', (session: ServerHttp2Session) => {
         const connection = this.#pendingConnection;
         this.#pendingConnection = undefined;
+        // A session accepted during the drain is retired after its first response (respond.ts),
+        // as an HTTP/1.1 connection is: a GOAWAY now would race the client's first request.
         if (connection) this.#sessions.add(session, connection);
-        // Sessions accepted during the drain get the same treatment as HTTP/1.1 connections.
-        if (lifecycle.draining) this.#sessions.retire(session);
       });
       http2.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) =>
         onRequest(this, req as unknown as IncomingMessage, res as unknown as ServerResponse),
@@ -98,7 +98,8 @@ export class Listener {
       const material = loadTlsMaterial(config.tls);
       const tlsServer = createTlsServer({
         ...material.options,
-        ALPNProtocols: this.protocols.map((p) => (p === 'h2' ? 'h2' : 'http/1.1')),
+        // The server's order decides: HTTP/2 first when both are served.
+        ALPNProtocols: [...this.protocols].sort((a) => (a === 'h2' ? -1 : 1)).map((p) => (p === 'h2' ? 'h2' : 'http/1.1')),
         requestCert: config.tls.client_ca_file !== undefined,
         rejectUnauthorized: config.tls.client_ca_file !== undefined,
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
@@ -173,8 +174,10 @@ export class Listener {
     const sniff = (chunk: Buffer) => {
       socket.pause();
       socket.unshift(chunk);
-      this.#serve(socket, connection, H2_PREFACE.subarray(0, Math.min(chunk.length, H2_PREFACE.length)).equals(chunk.subarray(0, H2_PREFACE.length)) ? 'h2' : 'http1');
-      socket.resume();
+      const h2 = chunk.subarray(0, H2_PREFACE.length).equals(H2_PREFACE.subarray(0, Math.min(chunk.length, H2_PREFACE.length)));
+      this.#serve(socket, connection, h2 ? 'h2' : 'http1');
+      // HTTP/2 reads the bytes we put back itself; HTTP/1.1 needs the stream flowing again.
+      if (!h2) socket.resume();
     };
     socket.once('data', sniff);
   }

@@ -7,8 +7,15 @@ import type { RequestContext } from './context.ts';
 
 export function writeHead(ctx: RequestContext, decision: DrainDecision, status: number, headers: OutgoingHttpHeaders): void {
   const res = ctx.res;
-  // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
-  if (decision.shouldRetire() && ctx.protocol === 'http1') res.shouldKeepAlive = false;
+  if (decision.shouldRetire()) {
+    // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
+    if (ctx.protocol === 'http1') res.shouldKeepAlive = false;
+    else if (ctx.connection && !ctx.connection.retiring) {
+      // HTTP/2 session opened during the drain: final GOAWAY now; this stream still completes.
+      ctx.connection.retiring = true;
+      ctx.connection.gracefulClose?.();
+    }
+  }
   headers['x-request-id'] = ctx.id;
   res.writeHead(status, headers);
 }

@@ -4,7 +4,9 @@ import { createHash } from 'node:crypto';
 type Json = Record<string, unknown>;
 
 export function lastUserText(body: Json): string {
-  const messages = Array.isArray(body.messages) ? (body.messages as Json[]) : [];
+  // Chat takes `messages`; the Responses API takes `input`, a string or a list of role items.
+  const isConversation = Array.isArray(body.input) && (body.input as Json[]).some((item) => typeof item?.role === 'string');
+  const messages = Array.isArray(body.messages) ? (body.messages as Json[]) : isConversation ? (body.input as Json[]) : [];
   for (let i = messages.length - 1; i >= 0; i--) {
     const message = messages[i];
     if (message?.role === 'user') return textOf(message.content);
