@@ -22,6 +22,8 @@ export interface TrackedConnection {
   closeReason: string | undefined;
   /** How to close it gracefully when the protocol has its own way (HTTP/2: GOAWAY). */
   gracefulClose: (() => void) | undefined;
+  /** How to tell a multiplexed connection's client to go elsewhere soon (HTTP/2: GOAWAY notice). */
+  retire: (() => void) | undefined;
 }
 
 export interface ConnectionEvents {
@@ -55,6 +57,7 @@ export class ConnectionTracker {
       retiring: false,
       closeReason: undefined,
       gracefulClose: undefined,
+      retire: undefined,
     };
     this.#watch(connection, socket);
     this.#events.accepted(connection);

@@ -30,6 +30,7 @@ export class Http2Sessions {
     connection.gracefulClose = () => {
       if (!this.#noticed.has(session)) this.close(session);
     };
+    connection.retire = () => this.retire(session);
     session.once('close', () => this.#sessions.delete(session));
     session.on('error', () => session.destroy());
   }

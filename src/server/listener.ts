@@ -84,8 +84,8 @@ export class Listener {
       http2.on('session', (session: ServerHttp2Session) => {
         const connection = this.#pendingConnection;
         this.#pendingConnection = undefined;
-        // A session accepted during the drain is retired after its first response (respond.ts),
-        // as an HTTP/1.1 connection is: a GOAWAY now would race the client's first request.
+        // A session accepted during the drain is retired at its first response (respond.ts), as an
+        // HTTP/1.1 connection is: a GOAWAY now would race the client's first request.
         if (connection) this.#sessions.add(session, connection);
       });
       http2.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) =>

@@ -10,11 +10,9 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
   if (decision.shouldRetire()) {
     // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
     if (ctx.protocol === 'http1') res.shouldKeepAlive = false;
-    else if (ctx.connection && !ctx.connection.retiring) {
-      // HTTP/2 session opened during the drain: final GOAWAY now; this stream still completes.
-      ctx.connection.retiring = true;
-      ctx.connection.gracefulClose?.();
-    }
+    // HTTP/2 session opened during the drain: the GOAWAY notice now, the final one after the
+    // drain timeout (L4); streams the client already sent still complete.
+    else if (ctx.connection && !ctx.connection.retiring) ctx.connection.retire?.();
   }
   headers['x-request-id'] = ctx.id;
   res.writeHead(status, headers);

@@ -22,7 +22,10 @@ export function freePort(): Promise<number> {
   });
 }
 
-export async function startHaproxy(backends: { name: string; port: number }[], options: { checkIntervalMs?: number } = {}): Promise<HaproxyProcess> {
+export async function startHaproxy(
+  backends: { name: string; port: number }[],
+  options: { checkIntervalMs?: number; http2?: boolean } = {},
+): Promise<HaproxyProcess> {
   const port = await freePort();
   const inter = options.checkIntervalMs ?? 200;
   const config = `global
@@ -34,19 +37,20 @@ defaults
   timeout client 60s
   timeout server 60s
   timeout http-keep-alive 60s
+  timeout check 1s
   retries 2
   option redispatch
 
 frontend fe
-  bind 127.0.0.1:${port}
+  bind 127.0.0.1:${port}${options.http2 ? ' proto h2' : ''}
   default_backend gateways
 
 backend gateways
   balance roundrobin
   option httpchk GET /readyz
   http-check expect status 200
-  default-server inter ${inter}ms fastinter ${inter}ms downinter ${inter}ms fall 1 rise 1
-${backends.map((b) => `  server ${b.name} 127.0.0.1:${b.port} check`).join('\n')}
+  default-server inter ${inter}ms fastinter ${inter}ms downinter ${inter}ms fall 2 rise 1
+${backends.map((b) => `  server ${b.name} 127.0.0.1:${b.port} check${options.http2 ? ' proto h2 check-proto h1' : ''}`).join('\n')}
 `;
   const dir = mkdtempSync(join(tmpdir(), 'sluice-haproxy-'));
   const file = join(dir, 'haproxy.cfg');
