@@ -1,0 +1,373 @@
+// Sluice benchmark: gateway overhead against a mock upstream, all on 127.0.0.1.
+//
+//   npm run bench                 5 rounds x 5 s per run (about 3.5 minutes)
+//   npm run bench -- --quick      2 rounds x 2 s per run (about 40 s)
+//   npm run bench -- --profile    also run the gateways under --cpu-prof and print the hottest functions
+//
+// It starts the mock upstream and two gateways (built dist/main.js) as separate processes: "bare" (no
+// client keys, no access log) and "production" (a client key required and sent, access log on, drained
+// from a pipe). wrk (or autocannon if wrk is missing) loads each target in turn, the order rotating
+// every round, and the CPU time each server process spends (/proc/<pid>/stat utime+stime) is divided
+// by the requests completed. Medians across rounds go to stdout and bench/results/latest.md.
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { stringify } from 'yaml';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const RESULTS = join(ROOT, 'bench', 'results');
+const PROFILES = join(RESULTS, 'profiles');
+const FLAGS = process.argv.slice(2);
+const QUICK = FLAGS.includes('--quick');
+const PROFILE = FLAGS.includes('--profile');
+const S = { rounds: QUICK ? 2 : 5, seconds: QUICK ? 2 : 5, warmupSeconds: 1, connections: 32, threads: 1 };
+const CLIENT_KEY = 'sk-bench-client-key-0123456789';
+const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
+const onPath = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
+const PIN = availableParallelism() >= 2 && onPath('taskset');
+const WRK = onPath('wrk');
+
+interface Server { name: string; child: ChildProcess; pid: number; url: string }
+interface Target { name: 'direct' | 'bare' | 'production'; url: string; gateway: Server | undefined; key?: string }
+interface Case { name: string; body: string; mock?: string }
+interface Load { requests: number; seconds: number; errors: number; non2xx: number; p50Ms: number; p99Ms: number }
+interface Sample { rps: number; p50: number; p99: number; gwCpu: number; mockCpu: number }
+
+const CASES: Case[] = [
+  { name: 'chat', body: JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 16 }) },
+  {
+    name: 'chat stream (50 chunks)',
+    body: JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'Say hello' }], stream: true }),
+    mock: JSON.stringify({ chunks: 50 }),
+  },
+];
+
+// --- child processes ------------------------------------------------------------------------------
+
+const TMP = mkdtempSync(join(tmpdir(), 'sluice-bench-')); // generated configs and the wrk script
+const children = new Set<ChildProcess>();
+const killAll = (): void => children.forEach((c) => c.kill('SIGKILL'));
+process.once('exit', () => {
+  killAll();
+  rmSync(TMP, { recursive: true, force: true });
+});
+for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+  process.once(sig, () => {
+    process.stderr.write(`\nbench: ${sig}, stopping the child processes\n`);
+    killAll();
+    process.exit(130);
+  });
+}
+
+/** Spawns `cmd`, pinned to `cpu` when pinning is possible, and tracks it for clean-up. */
+function launch(cpu: string, cmd: string, args: string[], env?: Record<string, string>): ChildProcess {
+  const [file, argv]: [string, string[]] = PIN ? ['taskset', ['-c', cpu, cmd, ...args]] : [cmd, args];
+  const child = spawn(file, argv, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
+  children.add(child);
+  child.once('exit', () => children.delete(child));
+  return child;
+}
+
+/** Starts a server and resolves once `urlFrom` finds its URL in a stdout JSON line; stdout is drained after. */
+function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<Server> {
+  const child = launch('0', process.execPath, args);
+  let stderr = '';
+  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
+  return new Promise((done, fail) => {
+    let pending = '';
+    const timer = setTimeout(() => fail(new Error(`${name} did not start within 15 s\n${stderr}`)), 15_000);
+    child.once('exit', (code) => fail(new Error(`${name} exited (code ${code}) before it was ready\n${stderr}`)));
+    const onData = (chunk: Buffer): void => {
+      pending += chunk.toString();
+      for (let nl = pending.indexOf('\n'); nl !== -1; nl = pending.indexOf('\n')) {
+        const line = pending.slice(0, nl);
+        pending = pending.slice(nl + 1);
+        let url: string | undefined;
+        try {
+          url = urlFrom(JSON.parse(line) as Record<string, unknown>);
+        } catch {
+          continue; // not JSON
+        }
+        if (url === undefined) continue;
+        clearTimeout(timer);
+        child.stdout!.off('data', onData).on('data', () => {}); // from now on: drain (the access log)
+        done({ name, child, pid: child.pid!, url });
+        return;
+      }
+    };
+    child.stdout!.on('data', onData);
+  });
+}
+
+function startMock(): Promise<Server> {
+  return startServer('mock', ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
+}
+
+function startGateway(name: 'bare' | 'production', mockUrl: string): Promise<Server> {
+  const production = name === 'production';
+  const config = {
+    listeners: [
+      { name: 'proxy', address: '127.0.0.1:0', role: 'proxy' },
+      { name: 'admin', address: '127.0.0.1:0', role: 'admin' },
+    ],
+    providers: [{ name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' }],
+    models: [{ name: 'bench', provider: 'mock' }],
+    keys: production ? [{ name: 'bench', key: CLIENT_KEY }] : [],
+    shutdown: { min_drain_secs: 0, max_drain_secs: 5 },
+    log: { level: 'info', access_log: production },
+  };
+  const file = join(TMP, `${name}.yaml`);
+  writeFileSync(file, stringify(config));
+  const prof = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', PROFILES, '--cpu-prof-name', `${name}.cpuprofile`] : [];
+  let proxy: string | undefined;
+  return startServer(name, [...prof, 'dist/main.js', '--config', file], (l) => {
+    if (l.event === 'listener_started' && l.listener === 'proxy') proxy = `http://${String(l.address)}`;
+    return l.event === 'ready' ? proxy : undefined;
+  });
+}
+
+/** SIGTERM (so --cpu-prof writes its profile), SIGKILL after 10 s. */
+async function stop(server: Server): Promise<void> {
+  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
+  const exited = new Promise((r) => server.child.once('exit', r));
+  server.child.kill('SIGTERM');
+  const timer = setTimeout(() => server.child.kill('SIGKILL'), 10_000);
+  await exited;
+  clearTimeout(timer);
+}
+
+// --- load generation ----------------------------------------------------------------------------
+
+const WRK_SCRIPT = `
+wrk.method = "POST"
+wrk.body = os.getenv("BENCH_BODY")
+wrk.headers["Content-Type"] = "application/json"
+local key = os.getenv("BENCH_KEY")
+if key ~= nil and key ~= "" then wrk.headers["Authorization"] = "Bearer " .. key end
+local mock = os.getenv("BENCH_MOCK")
+if mock ~= nil and mock ~= "" then wrk.headers["x-mock"] = mock end
+done = function(summary, latency, requests)
+  local e = summary.errors
+  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d}\\n',
+    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
+    latency:percentile(50), latency:percentile(99)))
+end
+`;
+
+function run(child: ChildProcess, timeoutMs: number): Promise<string> {
+  let out = '';
+  let err = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
+  return new Promise((done, fail) => {
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      if (code === 0) done(out);
+      else fail(new Error(`load generator failed (code ${code}): ${err || out}`));
+    });
+  });
+}
+
+async function wrk(target: Target, c: Case, seconds: number, luaFile: string): Promise<Load> {
+  const args = [`-t${S.threads}`, `-c${S.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, `${target.url}/v1/chat/completions`];
+  const env = { BENCH_BODY: c.body, BENCH_KEY: target.key ?? '', BENCH_MOCK: c.mock ?? '' };
+  const out = await run(launch('1', 'wrk', args, env), (seconds + 20) * 1000);
+  const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
+  if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
+  const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
+  return { requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3 };
+}
+
+async function autocannon(target: Target, c: Case, seconds: number): Promise<Load> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (target.key) headers.authorization = `Bearer ${target.key}`;
+  if (c.mock) headers['x-mock'] = c.mock;
+  const script = `import ac from 'autocannon'; const r = await ac(JSON.parse(process.env.BENCH_OPTS));
+    process.stdout.write(JSON.stringify({ requests: r.requests.total, errors: r.errors + r.timeouts, non2xx: r.non2xx, p50: r.latency.p50, p99: r.latency.p99, duration: r.duration }));`;
+  const opts = { url: `${target.url}/v1/chat/completions`, method: 'POST', body: c.body, headers, connections: S.connections, duration: seconds };
+  const child = launch('1', process.execPath, ['--input-type=module', '-e', script], { BENCH_OPTS: JSON.stringify(opts) });
+  const r = JSON.parse(await run(child, (seconds + 20) * 1000)) as Record<string, number>;
+  return { requests: r.requests!, seconds: r.duration!, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50!, p99Ms: r.p99! };
+}
+
+// --- measurement --------------------------------------------------------------------------------
+
+/** utime + stime of a process, in clock ticks. */
+function cpuTicks(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // fields[0] is field 3 (state)
+  return Number(fields[11]) + Number(fields[12]);
+}
+
+/** One POST per target and case, to fail fast on a wrong config rather than benchmark error responses. */
+async function check(target: Target, c: Case): Promise<void> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (target.key) headers.authorization = `Bearer ${target.key}`;
+  if (c.mock) headers['x-mock'] = c.mock;
+  const res = await fetch(`${target.url}/v1/chat/completions`, { method: 'POST', headers, body: c.body });
+  const text = await res.text();
+  const events = text.split('\n').filter((l) => l.startsWith('data:')).length;
+  if (res.status !== 200 || (c.mock !== undefined && events < 50)) {
+    throw new Error(`sanity check failed for ${target.name} / ${c.name}: HTTP ${res.status}, ${events} SSE events: ${text.slice(0, 300)}`);
+  }
+}
+
+async function measure(target: Target, c: Case, mock: Server, luaFile: string): Promise<Sample> {
+  const load = (seconds: number) => (WRK ? wrk(target, c, seconds, luaFile) : autocannon(target, c, seconds));
+  await load(S.warmupSeconds);
+  const gw0 = target.gateway ? cpuTicks(target.gateway.pid) : 0;
+  const mock0 = cpuTicks(mock.pid);
+  const r = await load(S.seconds);
+  const gw1 = target.gateway ? cpuTicks(target.gateway.pid) : 0;
+  const mock1 = cpuTicks(mock.pid);
+  if (r.errors > 0 || r.non2xx > 0) {
+    process.stderr.write(`  warning: ${target.name}/${c.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses\n`);
+  }
+  const usPerReq = (ticks: number) => (r.requests > 0 ? (ticks / CLK_TCK) * 1e6 / r.requests : NaN);
+  return { rps: r.requests / r.seconds, p50: r.p50Ms, p99: r.p99Ms, gwCpu: usPerReq(gw1 - gw0), mockCpu: usPerReq(mock1 - mock0) };
+}
+
+const median = (xs: number[]): number => {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+};
+
+// --- reporting ----------------------------------------------------------------------------------
+
+type Results = Map<string, Map<string, Sample[]>>; // case → target → one sample per round
+
+function table(results: Results, targets: Target[]): string {
+  const rows = [
+    '| case | target | req/s | p50 ms | p99 ms | gateway CPU µs/req | mock CPU µs/req | req/s vs direct | p50 vs direct | p99 vs direct |',
+    '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
+  ];
+  const n = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '–');
+  for (const [caseName, byTarget] of results) {
+    const direct = byTarget.get('direct')!;
+    for (const t of targets) {
+      const samples = byTarget.get(t.name)!;
+      const m = (f: (s: Sample) => number) => median(samples.map(f));
+      // Ratios are taken per round, then the median: slow drift of the machine cancels out.
+      const ratio = (f: (s: Sample) => number) => median(samples.map((s, i) => f(s) / f(direct[i]!)));
+      const vs = (f: (s: Sample) => number) => (t.name === 'direct' ? '1' : `${n(ratio(f), 2)}×`);
+      rows.push(
+        `| ${caseName} | ${t.name} | ${n(m((s) => s.rps))} | ${n(m((s) => s.p50), 2)} | ${n(m((s) => s.p99), 2)} | ` +
+          `${t.gateway ? n(m((s) => s.gwCpu)) : '–'} | ${n(m((s) => s.mockCpu))} | ${vs((s) => s.rps)} | ${vs((s) => s.p50)} | ${vs((s) => s.p99)} |`,
+      );
+    }
+  }
+  return rows.join('\n');
+}
+
+function summary(results: Results): string {
+  const chat = results.get(CASES[0]!.name)!;
+  const added = (name: string) => median(chat.get(name)!.map((s) => s.gwCpu));
+  const verdict = (us: number) => (us <= 150 ? 'meets' : 'misses');
+  return ['bare', 'production']
+    .map((t) => `- Gateway CPU added per non-streaming request, ${t}: **${added(t).toFixed(0)} µs** (${verdict(added(t))} the ≤150 µs target)`)
+    .join('\n');
+}
+
+function machineInfo(generator: string, loadBefore: string): string {
+  const model = /^model name\s*:\s*(.*)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown';
+  return [
+    `- Date: ${new Date().toISOString()}`,
+    `- CPU: ${model}, ${cpus().length} cores; Node ${process.version}; clock ticks ${CLK_TCK}/s`,
+    `- Load generator: ${generator}, ${S.connections} keep-alive connections, ${S.threads} thread; ` +
+      `${S.rounds} rounds × ${S.seconds} s per target and case after a ${S.warmupSeconds} s warm-up, order rotated every round; medians shown`,
+    PIN
+      ? '- Pinning: load generator on CPU 1, gateways and mock on CPU 0 (taskset)'
+      : '- Pinning: none (taskset missing or fewer than 2 CPUs): generator and servers share the CPUs',
+    `- Gateways: "bare" = no client keys, access log off; "production" = client key required and sent, access log on (stdout drained through a pipe); metrics always on${PROFILE ? '; **run under --cpu-prof, so slower than usual**' : ''}`,
+    `- Load average (1 min) before / after the run: ${loadBefore} / ${loadavg()[0]!.toFixed(2)} (other work on the machine skews everything)`,
+    '- Caveat: numbers from a shared 2-core VM are noisy (±10-20% between runs); compare ratios, not absolute values.',
+  ].join('\n');
+}
+
+/** Top `n` functions by self time in a .cpuprofile, idle excluded. */
+function topSelf(file: string, n = 15): string {
+  const p = JSON.parse(readFileSync(file, 'utf8')) as {
+    nodes: { id: number; hitCount?: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
+    samples: number[];
+  };
+  const totals = new Map<string, number>();
+  let busy = 0;
+  for (const node of p.nodes) {
+    const { functionName, url, lineNumber } = node.callFrame;
+    const hits = node.hitCount ?? 0;
+    if (functionName === '(idle)' || hits === 0) continue;
+    busy += hits;
+    const key = `${functionName || '(anonymous)'}${url ? ` ${basename(url)}:${lineNumber + 1}` : ''}`;
+    totals.set(key, (totals.get(key) ?? 0) + hits);
+  }
+  const top = [...totals].sort((a, b) => b[1] - a[1]).slice(0, n);
+  return top.map(([k, hits]) => `  ${((hits / busy) * 100).toFixed(1).padStart(5)}%  ${k}`).join('\n');
+}
+
+// --- main ---------------------------------------------------------------------------------------
+
+async function main(): Promise<void> {
+  const unknown = FLAGS.filter((f) => f !== '--quick' && f !== '--profile');
+  if (unknown.length > 0) {
+    process.stderr.write(`usage: npm run bench [-- --quick] [-- --profile] (unknown: ${unknown.join(' ')})\n`);
+    process.exit(2);
+  }
+  // Our own work (draining the access log) goes to the generator's CPU, not the servers'.
+  if (PIN) spawnSync('taskset', ['-a', '-p', '-c', '1', String(process.pid)], { stdio: 'ignore' });
+  const generator = WRK ? spawnSync('wrk', ['-v'], { encoding: 'utf8' }).stdout.split('\n')[0]!.split(' [')[0]! : 'autocannon';
+  if (!WRK) process.stderr.write('bench: wrk not on PATH, using autocannon (npm install --save-dev autocannon)\n');
+  if (!PIN) process.stderr.write('bench: not pinning to CPUs (taskset missing or a single CPU)\n');
+
+  const loadBefore = loadavg()[0]!.toFixed(2);
+  const luaFile = join(TMP, 'post.lua');
+  writeFileSync(luaFile, WRK_SCRIPT);
+  if (PROFILE) mkdirSync(PROFILES, { recursive: true });
+
+  const mock = await startMock();
+  const bare = await startGateway('bare', mock.url);
+  const production = await startGateway('production', mock.url);
+  const targets: Target[] = [
+    { name: 'direct', url: mock.url, gateway: undefined },
+    { name: 'bare', url: bare.url, gateway: bare },
+    { name: 'production', url: production.url, gateway: production, key: CLIENT_KEY },
+  ];
+  for (const t of targets) for (const c of CASES) await check(t, c);
+
+  const results: Results = new Map(CASES.map((c) => [c.name, new Map(targets.map((t) => [t.name, [] as Sample[]]))]));
+  for (let round = 0; round < S.rounds; round++) {
+    const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
+    for (const c of CASES) {
+      for (const t of order) {
+        const s = await measure(t, c, mock, luaFile);
+        results.get(c.name)!.get(t.name)!.push(s);
+        process.stderr.write(
+          `round ${round + 1}/${S.rounds} ${c.name.padEnd(24)} ${t.name.padEnd(10)} ${s.rps.toFixed(0).padStart(6)} req/s  ` +
+            `p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  gateway ${t.gateway ? s.gwCpu.toFixed(0) : "-"} µs/req  mock ${s.mockCpu.toFixed(0)} µs/req\n`,
+        );
+      }
+    }
+  }
+
+  await Promise.all([bare, production, mock].map(stop));
+
+  const md = `# Sluice benchmark\n\n${machineInfo(generator, loadBefore)}\n\n${table(results, targets)}\n\n${summary(results)}\n`;
+  process.stdout.write(`\n${md}`);
+  mkdirSync(RESULTS, { recursive: true });
+  writeFileSync(join(RESULTS, 'latest.md'), md);
+  process.stdout.write(`\nwritten to ${join('bench', 'results', 'latest.md')}\n`);
+  if (PROFILE) {
+    for (const name of ['bare', 'production']) {
+      const file = join(PROFILES, `${name}.cpuprofile`);
+      process.stdout.write(`\nTop 15 self-time functions, ${name} gateway (${file}):\n${topSelf(file)}\n`);
+    }
+  }
+}
+
+main().catch((err: unknown) => {
+  process.stderr.write(`bench: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+  killAll();
+  process.exit(1);
+});
