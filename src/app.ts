@@ -1,13 +1,12 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners.
 // Holds the wiring only; each behaviour lives in its own module.
-import type { Logger } from 'pino';
 import type { Config } from './config/schema.ts';
 import { Lifecycle } from './lifecycle/lifecycle.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics } from './telemetry/metrics.ts';
 import { AccessLog } from './telemetry/access-log.ts';
-import { flushLogger } from './telemetry/logger.ts';
+import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { Gateway, createRouting } from './gateway/gateway.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener } from './server/listener.ts';
@@ -26,7 +25,8 @@ export interface RunningGateway {
   reloadCertificates(trigger: string): void;
 }
 
-export async function startGateway(config: Config, logger: Logger): Promise<RunningGateway> {
+export async function startGateway(config: Config, loggers: Loggers): Promise<RunningGateway> {
+  const logger = loggers.events;
   let listeners: Listener[] = [];
   let gateway: Gateway | undefined;
   const lifecycle = new Lifecycle({
@@ -66,7 +66,7 @@ export async function startGateway(config: Config, logger: Logger): Promise<Runn
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
   });
   const admin = new AdminRoutes(metrics, lifecycle);
-  const accessLog = new AccessLog(config.log.access_log ? logger : undefined, metrics);
+  const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: true },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },

@@ -4,7 +4,7 @@ import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
 import { ConfigError, loadConfigFile, loadDefaultConfig } from './config/load.ts';
 import type { Config } from './config/schema.ts';
-import { createLogger, flushLogger } from './telemetry/logger.ts';
+import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway } from './app.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -71,10 +71,11 @@ async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(config: Config): Promise<number> {
-  const logger = createLogger({ level: config.log.level });
+  const loggers = createLoggers({ level: config.log.level });
+  const logger = loggers.events;
   let gateway;
   try {
-    gateway = await startGateway(config, logger);
+    gateway = await startGateway(config, loggers);
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
     flushLogger(logger);

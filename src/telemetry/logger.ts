@@ -1,6 +1,6 @@
 // Structured JSON logs (pino) on stdout. Secrets never reach here: callers log names and ids, never
-// headers or keys, and the redact list below is a second line of defence.
-import { pino, type Logger } from 'pino';
+// headers or keys, and the redact list below is a second line of defence for the event log.
+import { pino, type Logger, type LoggerOptions as PinoOptions } from 'pino';
 
 export type { Logger };
 
@@ -10,14 +10,36 @@ export interface LoggerOptions {
   fd?: number;
 }
 
-export function createLogger(options: LoggerOptions): Logger {
-  const destination = pino.destination({ fd: options.fd ?? 1, sync: false });
-  return pino(
+export interface Loggers {
+  /** Events: lifecycle, errors, configuration. Redacts credential-like fields. */
+  events: Logger;
+  /** One line per finished request. Built from named fields only, so it skips redaction. */
+  access: Logger;
+}
+
+/** Lines are written in batches of this size, and at least every FLUSH_MS. */
+const BATCH_BYTES = 16 * 1024 - 1;
+const FLUSH_MS = 100;
+
+export function createLoggers(options: LoggerOptions): Loggers {
+  const destination = pino.destination({ fd: options.fd ?? 1, sync: false, minLength: BATCH_BYTES });
+  // Batching must not hold a quiet gateway's lines back for long.
+  setInterval(() => {
+    try {
+      destination.flush();
+    } catch {
+      // stdout closed: nothing left to do with the lines.
+    }
+  }, FLUSH_MS).unref();
+  const common: PinoOptions = {
+    level: options.level,
+    base: { pid: process.pid },
+    timestamp: pino.stdTimeFunctions.isoTime,
+    formatters: { level: (label) => ({ level: label }) },
+  };
+  const events = pino(
     {
-      level: options.level,
-      base: { pid: process.pid },
-      timestamp: pino.stdTimeFunctions.isoTime,
-      formatters: { level: (label) => ({ level: label }) },
+      ...common,
       redact: {
         paths: ['authorization', 'api_key', 'key', '*.authorization', '*.api_key', '*["x-api-key"]', 'headers.authorization'],
         censor: '[redacted]',
@@ -25,12 +47,12 @@ export function createLogger(options: LoggerOptions): Logger {
     },
     destination,
   );
+  return { events, access: pino(common, destination) };
 }
 
 /** Writes everything buffered; used on the way out (L9). */
 export function flushLogger(logger: Logger): void {
   try {
-    logger.flush();
     const stream = (logger as unknown as Record<symbol, unknown>)[pino.symbols.streamSym] as { flushSync?: () => void } | undefined;
     stream?.flushSync?.();
   } catch {
