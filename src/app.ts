@@ -64,6 +64,7 @@ export async function startGateway(config: Config, loggers: Loggers): Promise<Ru
     decision: lifecycle,
     trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
+    reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });
   const admin = new AdminRoutes(metrics, lifecycle);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);

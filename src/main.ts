@@ -93,6 +93,12 @@ async function serve(config: Config): Promise<number> {
   });
 }
 
+// A rejected promise nobody handled is a bug in one request's path, not a corrupt process: say so
+// loudly and keep serving the others.
+process.on('unhandledRejection', (reason) => {
+  process.stderr.write(`sluice: unhandled rejection: ${(reason as Error)?.stack ?? String(reason)}\n`);
+});
+
 process.on('uncaughtException', (error) => {
   process.stderr.write(`sluice: uncaught exception: ${error.stack ?? error}\n`);
   process.exit(70);

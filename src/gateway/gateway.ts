@@ -78,7 +78,12 @@ export class Gateway {
     if (!spec) return sendError(ctx, this.#env.decision, errors.notFound(path));
     if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'POST'));
     if (!this.#authorize(ctx, routing)) return;
-    void this.#forward(ctx, spec, routing, path);
+    this.#forward(ctx, spec, routing, path).catch((error: unknown) => {
+      // A bug, not a client mistake: answered as one, and the process carries on.
+      this.#env.reportBug(error, ctx.id);
+      if (!ctx.res.headersSent) sendError(ctx, this.#env.decision, errors.internal());
+      else ctx.res.destroy();
+    });
   }
 
   #authorize(ctx: RequestContext, routing: Routing): boolean {

@@ -14,6 +14,8 @@ export interface RelayEnvironment {
   readonly decision: DrainDecision;
   trackForceEndable(stream: ForceEndable): () => void;
   upstreamError(provider: string, kind: string): void;
+  /** Logs an unexpected error (a bug) with the request it happened in. */
+  reportBug(error: unknown, requestId: string): void;
 }
 
 export type StreamDialect = 'openai' | 'anthropic';

@@ -29,6 +29,8 @@ export class ExchangeContext {
   constructor(req: IncomingMessage, listener: string, connection: TrackedConnection | undefined) {
     this.req = req;
     this.listener = listener;
+    this.#remoteAddress = req.socket.remoteAddress;
+    this.#remotePort = req.socket.remotePort;
     this.connection = connection;
     this.protocol = req.httpVersionMajor === 2 ? 'h2' : 'http1';
   }
@@ -38,9 +40,12 @@ export class ExchangeContext {
     return typeof value === 'string' ? value : undefined;
   }
 
+  /** The remote address, read while the socket is open (it is gone once the socket closes). */
+  readonly #remoteAddress: string | undefined;
+  readonly #remotePort: number | undefined;
+
   get peer(): string {
-    const socket = this.req.socket;
-    return `${socket.remoteAddress}:${socket.remotePort}`;
+    return `${this.#remoteAddress}:${this.#remotePort}`;
   }
 
   durationSeconds(): number {
