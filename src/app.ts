@@ -25,7 +25,7 @@ export interface RunningGateway {
   reloadCertificates(trigger: string): void;
 }
 
-export async function startGateway(config: Config, loggers: Loggers): Promise<RunningGateway> {
+export async function startGateway(config: Config, loggers: Loggers, version: string): Promise<RunningGateway> {
   const logger = loggers.events;
   let listeners: Listener[] = [];
   let gateway: Gateway | undefined;
@@ -39,10 +39,13 @@ export async function startGateway(config: Config, loggers: Loggers): Promise<Ru
       freshConnectionGraceSecs: config.downstream.idle_timeout_secs || config.downstream.fresh_connection_grace_secs,
       freshTimeoutSecs: config.downstream.headers_timeout_secs,
       idleTimeoutSecs: config.downstream.idle_timeout_secs,
+      drainStrategy: config.shutdown.drain_strategy,
+      drainTimeSecs: config.shutdown.drain_time_secs,
+      connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
     },
     hooks: {
-      stopAccepting: () => {
-        for (const listener of listeners) listener.stopAccepting();
+      stopAccepting: (include) => {
+        for (const listener of listeners) if (!include || include(listener.name)) listener.stopAccepting();
       },
       shutdown: async () => {
         // L9: pools close once their requests are done (nothing is in flight by now).
@@ -66,12 +69,22 @@ export async function startGateway(config: Config, loggers: Loggers): Promise<Ru
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });
-  const admin = new AdminRoutes(metrics, lifecycle);
+  const admin = new AdminRoutes({
+    metrics,
+    lifecycle,
+    version,
+    startedAt: Date.now(),
+    token: config.admin.token,
+    drainTimeSecs: config.shutdown.drain_time_secs ?? config.shutdown.min_drain_secs,
+    listeners: () =>
+      listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
+  });
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: true },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
-    { name: 'not_draining', ok: lifecycle.ready() },
+    { name: 'not_draining', ok: !lifecycle.draining },
+    { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
   ];
   const services = {
     lifecycle,
@@ -89,6 +102,7 @@ export async function startGateway(config: Config, loggers: Loggers): Promise<Ru
     connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
   const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));
+  for (const l of config.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction });
   listeners = config.listeners.map(
     (l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, onRequest, l.role === 'proxy' ? onUpgrade : undefined),
   );

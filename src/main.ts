@@ -75,7 +75,7 @@ async function serve(config: Config): Promise<number> {
   const logger = loggers.events;
   let gateway;
   try {
-    gateway = await startGateway(config, loggers);
+    gateway = await startGateway(config, loggers, version);
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
     flushLogger(logger);
@@ -83,9 +83,13 @@ async function serve(config: Config): Promise<number> {
   }
   const started = gateway;
   return new Promise<number>((resolve) => {
+    // A drain that exits may come from a signal or from the admin API.
+    started.lifecycle.done.then(resolve, () => resolve(1));
+    let signalled = false;
     const onSignal = (signal: NodeJS.Signals) => {
-      if (started.lifecycle.draining) started.force(`second ${signal}`);
-      else started.drain(signal).then(resolve, () => resolve(1));
+      if (signalled) started.force(`second ${signal}`);
+      else void started.drain(signal);
+      signalled = true;
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);

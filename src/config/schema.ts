@@ -58,6 +58,10 @@ const listener = z.strictObject({
    * HTTP/2 with prior knowledge (h2c); with both, each connection's first bytes decide.
    */
   protocols: z.array(z.enum(['http1', 'h2'])).min(1, 'expected at least one of "http1", "h2"').optional(),
+  /** E5: `modify_only` listeners drain only when changed or removed (not on SIGTERM or health-check fail). */
+  drain_type: z.enum(['default', 'modify_only']).default('default'),
+  /** E4: `inboundonly` admin drains leave `outbound` listeners alone. */
+  direction: z.enum(['inbound', 'outbound']).default('inbound'),
 });
 
 const provider = z.strictObject({
@@ -90,6 +94,10 @@ const shutdown = z.strictObject({
   max_drain_secs: seconds.default(0),
   /** O1: how often "still draining" is logged. */
   progress_log_secs: fromEnv(z.number().positive()).default(5),
+  /** E1: `immediate` retires every connection from the start; `gradual` with a rising probability. */
+  drain_strategy: z.enum(['immediate', 'gradual']).default('immediate'),
+  /** E1/E2/E4: the time a drain is spread over (admin graceful drains keep accepting this long). Default: min_drain_secs. */
+  drain_time_secs: seconds.optional(),
 });
 
 const downstream = z.strictObject({
@@ -114,6 +122,13 @@ const upstream = z.strictObject({
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
+const admin = z.strictObject({
+  /** Bearer token required on every admin route except /livez, /readyz and /metrics. */
+  token: z.string().min(16, 'expected an admin token of at least 16 characters').optional(),
+  /** Admin listeners must bind to loopback unless this is true. */
+  allow_non_loopback: fromEnv(z.boolean()).default(false),
+});
+
 const log = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   access_log: fromEnv(z.boolean()).default(true),
@@ -129,6 +144,7 @@ export const configSchema = z
     downstream: downstream.default(downstream.parse({})),
     upstream: upstream.default(upstream.parse({})),
     log: log.default(log.parse({})),
+    admin: admin.default(admin.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.
@@ -136,6 +152,10 @@ export const configSchema = z
   });
 
 type Named = { name?: unknown };
+
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
+}
 
 /** Checks across entries. Defensive: with type errors elsewhere, any field may be malformed. */
 function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
@@ -157,6 +177,15 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   unique(models, 'models');
   if (Array.isArray(config.listeners) && listeners.length > 0 && !listeners.some((l) => l?.role === 'proxy')) {
     ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
+  }
+  const adminSettings = config.admin as Record<string, unknown> | undefined;
+  if (adminSettings?.allow_non_loopback !== true) {
+    listeners.forEach((l, index) => {
+      const parsed = typeof l?.address === 'string' ? parseAddress(l.address) : undefined;
+      if (l?.role === 'admin' && parsed && !isLoopback(parsed.host)) {
+        ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `an admin listener binds to loopback unless admin.allow_non_loopback is true (got ${String(l.address)})` });
+      }
+    });
   }
   const addresses = new Map<string, number>();
   listeners.forEach((l, index) => {

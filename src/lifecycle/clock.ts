@@ -66,3 +66,6 @@ export class ManualClock implements Clock {
     return { cancel: () => (timer.cancelled = true) };
   }
 }
+
+/** The randomness the drain uses (E1, E2); tests pass their own. */
+export const systemRandom = (): number => Math.random();

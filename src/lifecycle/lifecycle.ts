@@ -1,17 +1,50 @@
 // The process-wide lifecycle: one state, one exact in-flight counter, the drain sequence of
 // spec/lifecycle.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
 import type { Socket } from 'node:net';
-import type { Clock, TimerHandle } from './clock.ts';
+import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
+import { closeProbability, proactiveDrainAt, type DrainStrategy } from './drain-policy.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
 
 /** What a listener or handler may ask of the lifecycle: the read side of the drain. */
 export interface DrainDecision {
-  /** L3: must a response whose headers are written now close its connection? */
-  shouldRetire(): boolean;
-  /** Called once when the drain begins (HTTP/2 sessions send GOAWAY here). Returns an unsubscribe. */
-  onRetire(callback: () => void): () => void;
+  /**
+   * L3/E1: must a response whose headers are written now on `listener` close its connection?
+   * Immediate drains always say yes; gradual ones with a probability rising over the drain.
+   */
+  shouldRetire(listener?: string): boolean;
+  /**
+   * Called when an immediate drain begins for `listener` (HTTP/2 sessions get their GOAWAY
+   * notice). Returns an unsubscribe.
+   */
+  onRetire(listener: string, callback: () => void): () => void;
+}
+
+/** E5: how a listener takes part in drains. */
+export interface ListenerScope {
+  /** `modify_only` listeners drain only when changed or removed, not on a process drain or health-check fail. */
+  drainType: 'default' | 'modify_only';
+  direction: 'inbound' | 'outbound';
+}
+
+export interface DrainOptions {
+  /** Keep accepting for the window (true), or stop accepting at once (false). Default true. */
+  graceful?: boolean;
+  /** Only listeners whose direction is inbound (E4 `inboundonly`). */
+  inboundOnly?: boolean;
+  /** Exit once drained (default). False: readiness stays 503, the process stays (E4 `skip_exit`). */
+  exit?: boolean;
+  /** The window; defaults to min_drain_secs (signals) - the admin API passes the drain time. */
+  windowSecs?: number;
+}
+
+interface DrainPlan {
+  trigger: string;
+  startedAt: number;
+  graceful: boolean;
+  inboundOnly: boolean;
+  exit: boolean;
 }
 
 /** Something in flight that can be ended with an explicit error when the drain is forced (L8). */
@@ -25,8 +58,8 @@ export interface LifecycleLog {
 }
 
 export interface LifecycleHooks {
-  /** Stops accepting new connections on every listener (existing ones stay). */
-  stopAccepting(): void;
+  /** Stops accepting new connections on the listeners `include` selects, or all (existing ones stay). */
+  stopAccepting(include?: (listener: string) => boolean): void;
   /** Final work before exit (L9): close upstream pools, flush logs. */
   shutdown(): Promise<void>;
 }
@@ -41,6 +74,12 @@ export interface DrainSettings {
   freshTimeoutSecs?: number;
   /** Idle multiplexed (HTTP/2) connections are closed after this long (0 = never). */
   idleTimeoutSecs?: number;
+  /** E1: how responses retire their connections during a drain. */
+  drainStrategy?: DrainStrategy;
+  /** E1/E2: the drain time the strategy and the proactive drain are spread over (default: the window). */
+  drainTimeSecs?: number;
+  /** E2: a proactively drained connection's own drain timeout. */
+  connectionDrainTimeoutSecs?: number;
 }
 
 /** How often connection deadlines (fresh and idle timeouts) are checked. */
@@ -54,19 +93,25 @@ export class Lifecycle implements DrainDecision {
   readonly #clock: Clock;
   readonly #log: LifecycleLog;
   readonly #hooks: LifecycleHooks;
-  readonly #retireCallbacks = new Set<() => void>();
+  readonly #retireCallbacks = new Set<{ listener: string; callback: () => void }>();
+  readonly #scopes = new Map<string, ListenerScope>();
+  readonly #random: () => number;
+  #plan: DrainPlan | undefined;
+  #healthFailed = false;
   readonly #forceEndables = new Set<ForceEndable>();
   readonly #timers: TimerHandle[] = [];
   #drainStartedAt = 0;
   #windowElapsed = false;
   #forced: string | undefined;
-  #done: Promise<number> | undefined;
+  readonly #done: Promise<number>;
   #resolveDone: ((code: number) => void) | undefined;
   #onConnectionAccepted: ((connection: TrackedConnection) => void) | undefined;
   #onConnectionClosed: ((connection: TrackedConnection, reason: string) => void) | undefined;
 
-  constructor(options: { clock: Clock; log: LifecycleLog; hooks: LifecycleHooks; settings: DrainSettings }) {
+  constructor(options: { clock: Clock; log: LifecycleLog; hooks: LifecycleHooks; settings: DrainSettings; random?: () => number }) {
     this.#clock = options.clock;
+    this.#random = options.random ?? systemRandom;
+    this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
     this.#log = options.log;
     this.#hooks = options.hooks;
     this.#settings = options.settings;
@@ -80,6 +125,11 @@ export class Lifecycle implements DrainDecision {
       },
       () => options.clock.now(),
     );
+  }
+
+  /** Resolves with the exit code once a drain that exits has finished, whatever started it. */
+  get done(): Promise<number> {
+    return this.#done;
   }
 
   get state(): LifecycleState {
@@ -99,9 +149,50 @@ export class Lifecycle implements DrainDecision {
     return this.draining || this.#state === 'exited' ? (this.#clock.now() - this.#drainStartedAt) / 1000 : 0;
   }
 
-  /** L1: ready only while serving. */
+  /** L1: ready only while serving, and not while the health check is failed on purpose (E4). */
   ready(): boolean {
-    return this.#state === 'serving';
+    return this.#state === 'serving' && !this.#healthFailed;
+  }
+
+  get healthCheckFailed(): boolean {
+    return this.#healthFailed;
+  }
+
+  /** What the admin API reports about the drain in progress, if any. */
+  drainInfo(): { trigger: string; graceful: boolean; inbound_only: boolean; exit: boolean; elapsed_secs: number; drain_time_secs: number; strategy: DrainStrategy } | undefined {
+    const plan = this.#plan;
+    if (!plan) return undefined;
+    return {
+      trigger: plan.trigger,
+      graceful: plan.graceful,
+      inbound_only: plan.inboundOnly,
+      exit: plan.exit,
+      elapsed_secs: round(this.drainSeconds()),
+      drain_time_secs: this.#drainTimeMs() / 1000,
+      strategy: this.#settings.drainStrategy ?? 'immediate',
+    };
+  }
+
+  /** E5: registers how a listener takes part in drains. */
+  registerListener(name: string, scope: ListenerScope): void {
+    this.#scopes.set(name, scope);
+  }
+
+  /** E4: readiness fails and every `default` listener retires its connections at once (no drain time). */
+  failHealthCheck(): boolean {
+    if (this.#healthFailed) return false;
+    this.#healthFailed = true;
+    this.#log.info({ event: 'healthcheck_failed', in_flight: this.#inFlight, open_connections: this.connections.size }, 'health check failed by the admin API');
+    for (const { listener, callback } of this.#retireCallbacks) if (this.#scopes.get(listener)?.drainType !== 'modify_only') callback();
+    return true;
+  }
+
+  /** E4: readiness passes again (when not draining); connections already told to go stay told. */
+  restoreHealthCheck(): boolean {
+    if (!this.#healthFailed) return false;
+    this.#healthFailed = false;
+    this.#log.info({ event: 'healthcheck_ok' }, 'health check restored by the admin API');
+    return true;
   }
 
   updateSettings(settings: DrainSettings): void {
@@ -135,13 +226,32 @@ export class Lifecycle implements DrainDecision {
     }
   }
 
-  shouldRetire(): boolean {
-    return this.#state !== 'serving' && this.#state !== 'starting';
+  shouldRetire(listener?: string): boolean {
+    const scope = listener === undefined ? undefined : this.#scopes.get(listener);
+    if (this.#healthFailed && scope?.drainType !== 'modify_only') return true;
+    const plan = this.#plan;
+    if (!plan) return false;
+    // Past the window everything goes: L6 serves late requests with `Connection: close`.
+    if (this.#state === 'closing' || this.#state === 'exited') return true;
+    if (!this.#inPlan(plan, scope)) return false;
+    const probability = closeProbability(this.#settings.drainStrategy ?? 'immediate', this.#clock.now() - plan.startedAt, this.#drainTimeMs());
+    return probability >= 1 || this.#random() < probability;
   }
 
-  onRetire(callback: () => void): () => void {
-    this.#retireCallbacks.add(callback);
-    return () => this.#retireCallbacks.delete(callback);
+  onRetire(listener: string, callback: () => void): () => void {
+    const entry = { listener, callback };
+    this.#retireCallbacks.add(entry);
+    return () => this.#retireCallbacks.delete(entry);
+  }
+
+  #inPlan(plan: DrainPlan, scope: ListenerScope | undefined): boolean {
+    if (!scope) return true;
+    if (scope.drainType === 'modify_only') return false;
+    return !(plan.inboundOnly && scope.direction === 'outbound');
+  }
+
+  #drainTimeMs(): number {
+    return (this.#settings.drainTimeSecs ?? this.#settings.minDrainSecs) * 1000;
   }
 
   connectionAccepted(socket: Socket, listener: string): TrackedConnection {
@@ -157,7 +267,7 @@ export class Lifecycle implements DrainDecision {
   /** The request's response closed, whatever ended it. Called exactly once per requestStarted. */
   requestFinished(connection: TrackedConnection | undefined): void {
     this.#inFlight--;
-    if (connection && this.connections.requestFinished(connection) && this.#state !== 'serving' && this.#state !== 'starting') {
+    if (connection && this.connections.requestFinished(connection) && (connection.retiring || this.shouldRetire(connection.listener))) {
       // L3: a response that began before the drain has finished; its connection goes now.
       this.connections.end(connection, 'drain_retired');
     }
@@ -171,20 +281,42 @@ export class Lifecycle implements DrainDecision {
   }
 
   /**
-   * Starts the drain (L1-L6). Returns the same promise on every call; it resolves with the exit
-   * code once the process may exit.
+   * Starts the drain (L1-L6, E1-E4). Returns the same promise on every call; it resolves with the
+   * exit code once the process may exit. A later call can only widen a drain in progress (to every
+   * listener, or to exiting), never narrow it; otherwise it is a no-op.
    */
-  drain(trigger: string): Promise<number> {
-    if (this.#done) return this.#done;
-    this.#done = new Promise((resolve) => (this.#resolveDone = resolve));
+  drain(trigger: string, options: DrainOptions = {}): Promise<number> {
+    const graceful = options.graceful ?? true;
+    const inboundOnly = options.inboundOnly ?? false;
+    const exit = options.exit ?? true;
+    if (this.#plan) {
+      this.#widen(trigger, inboundOnly, exit);
+      return this.#done;
+    }
+    const plan: DrainPlan = { trigger, startedAt: this.#clock.now(), graceful, inboundOnly, exit };
+    this.#plan = plan;
     this.#state = 'draining';
-    this.#drainStartedAt = this.#clock.now();
-    const { minDrainSecs, maxDrainSecs, progressLogSecs } = this.#settings;
+    this.#drainStartedAt = plan.startedAt;
+    const { maxDrainSecs, progressLogSecs } = this.#settings;
+    const windowSecs = graceful ? (options.windowSecs ?? this.#settings.minDrainSecs) : 0;
     this.#log.info(
-      { event: 'drain_started', trigger, min_drain_secs: minDrainSecs, max_drain_secs: maxDrainSecs, in_flight: this.#inFlight, open_connections: this.connections.size },
+      {
+        event: 'drain_started',
+        trigger,
+        min_drain_secs: windowSecs,
+        max_drain_secs: maxDrainSecs,
+        strategy: this.#settings.drainStrategy ?? 'immediate',
+        inbound_only: inboundOnly,
+        exit,
+        in_flight: this.#inFlight,
+        open_connections: this.connections.size,
+      },
       'drain started',
     );
-    for (const callback of this.#retireCallbacks) callback();
+    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+      for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
+    }
+    if (!graceful) this.#hooks.stopAccepting((listener) => this.#inPlan(plan, this.#scopes.get(listener)));
     this.#timers.push(
       this.#clock.every(progressLogSecs * 1000, () =>
         this.#log.info(
@@ -194,16 +326,74 @@ export class Lifecycle implements DrainDecision {
       ),
     );
     this.#timers.push(
-      this.#clock.after(minDrainSecs * 1000, () => {
+      this.#clock.after(windowSecs * 1000, () => {
         this.#windowElapsed = true;
         this.#check();
       }),
     );
-    if (maxDrainSecs > 0) this.#timers.push(this.#clock.after(maxDrainSecs * 1000, () => this.force('max_drain_secs')));
+    if (graceful) this.#scheduleProactiveDrain(plan);
+    if (maxDrainSecs > 0 && exit) this.#timers.push(this.#clock.after(maxDrainSecs * 1000, () => this.force('max_drain_secs')));
     // D3: with no window, nothing in flight means we can go at once.
-    if (minDrainSecs === 0) this.#windowElapsed = true;
+    if (windowSecs === 0) this.#windowElapsed = true;
     this.#check();
     return this.#done;
+  }
+
+  #widen(trigger: string, inboundOnly: boolean, exit: boolean): void {
+    const plan = this.#plan!;
+    const wider = (plan.inboundOnly && !inboundOnly) || (!plan.exit && exit);
+    if (!wider) return;
+    if (!inboundOnly) plan.inboundOnly = false;
+    if (exit && !plan.exit) {
+      plan.exit = true;
+      const { maxDrainSecs } = this.#settings;
+      if (maxDrainSecs > 0) this.#timers.push(this.#clock.after(maxDrainSecs * 1000, () => this.force('max_drain_secs')));
+    }
+    this.#log.info({ event: 'drain_widened', trigger, inbound_only: plan.inboundOnly, exit: plan.exit }, 'drain widened');
+    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+      for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
+    }
+    this.#check();
+  }
+
+  /**
+   * E2: at two thirds of the drain time, every connection not yet draining gets a random moment in
+   * the last third at which it is told to go, early enough for its own drain timeout to elapse
+   * before the drain ends.
+   */
+  #scheduleProactiveDrain(plan: DrainPlan): void {
+    const drainTimeMs = this.#drainTimeMs();
+    const timeoutMs = (this.#settings.connectionDrainTimeoutSecs ?? 5) * 1000;
+    if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
+    this.#timers.push(
+      this.#clock.after((drainTimeMs * 2) / 3, () => {
+        for (const connection of this.connections.all()) {
+          if (connection.retiring || !this.#inPlan(plan, this.#scopes.get(connection.listener))) continue;
+          const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - plan.startedAt, this.#random);
+          if (at === undefined) continue;
+          const delay = Math.max(0, plan.startedAt + at - this.#clock.now());
+          this.#timers.push(this.#clock.after(delay, () => this.#drainProactively(connection, timeoutMs)));
+        }
+      }),
+    );
+  }
+
+  #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
+    if (connection.retiring || connection.socket.destroyed) return;
+    connection.retiring = true;
+    if (connection.state === 'upgraded') {
+      // E3: an upgraded stream cannot be told to go away; on HTTP/1 it is reset at once.
+      this.connections.destroy(connection, 'proactive_drain_reset');
+      return;
+    }
+    // HTTP/2: the GOAWAY notice now, the final one after the drain timeout.
+    connection.retire?.();
+    // Idle ones close when their drain timeout elapses; busy HTTP/1 ones close after their response.
+    this.#timers.push(
+      this.#clock.after(timeoutMs, () => {
+        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, 'proactive_drain');
+      }),
+    );
   }
 
   /** L8: ends the drain now. In-flight streams get an explicit error event; the exit code is 1. */
@@ -211,7 +401,8 @@ export class Lifecycle implements DrainDecision {
     if (this.#state === 'exited' || this.#forced) return;
     this.#forced = reason;
     this.#log.warn({ event: 'drain_forced', reason, in_flight: this.#inFlight, open_connections: this.connections.size }, 'drain forced');
-    if (!this.#done) void this.drain(reason);
+    if (!this.#plan) void this.drain(reason);
+    else this.#plan.exit = true;
     if (this.#state === 'draining') this.#closeListeners();
     for (const stream of [...this.#forceEndables]) stream.forceEnd(reason);
     for (const connection of this.connections.all()) {
@@ -238,7 +429,7 @@ export class Lifecycle implements DrainDecision {
   }
 
   #check(): void {
-    if (this.#state === 'draining' && this.#windowElapsed && this.#inFlight === 0) this.#closeListeners();
+    if (this.#state === 'draining' && this.#plan?.exit && this.#windowElapsed && this.#inFlight === 0) this.#closeListeners();
     if (this.#state === 'closing' && this.#inFlight === 0 && this.connections.size === 0) this.#finish();
   }
 

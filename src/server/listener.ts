@@ -92,7 +92,7 @@ export class Listener {
         onRequest(this, req as unknown as IncomingMessage, res as unknown as ServerResponse),
       );
       this.#http2 = http2;
-      lifecycle.onRetire(() => this.#sessions.retireAll());
+      lifecycle.onRetire(this.name, () => this.#sessions.retireAll());
     }
     if (config.tls) {
       const material = loadTlsMaterial(config.tls);

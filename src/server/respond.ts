@@ -7,12 +7,16 @@ import type { RequestContext } from './context.ts';
 
 export function writeHead(ctx: RequestContext, decision: DrainDecision, status: number, headers: OutgoingHttpHeaders): void {
   const res = ctx.res;
-  if (decision.shouldRetire()) {
-    // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
-    if (ctx.protocol === 'http1') res.shouldKeepAlive = false;
-    // HTTP/2 session opened during the drain: the GOAWAY notice now, the final one after the
-    // drain timeout (L4); streams the client already sent still complete.
-    else if (ctx.connection && !ctx.connection.retiring) ctx.connection.retire?.();
+  const connection = ctx.connection;
+  if (connection?.retiring || decision.shouldRetire(ctx.listener)) {
+    if (ctx.protocol === 'http1') {
+      // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
+      res.shouldKeepAlive = false;
+      if (connection) connection.retiring = true;
+    }
+    // HTTP/2: the GOAWAY notice now, the final one after the drain timeout (L4); streams the client
+    // already sent still complete.
+    else if (connection && !connection.retiring) connection.retire?.();
   }
   headers['x-request-id'] = ctx.id;
   res.writeHead(status, headers);

@@ -47,11 +47,11 @@ describe('defaults', () => {
   test('a config with only a proxy listener gets every default filled in', () => {
     const config = parseConfig(PROXY, 'test.yaml', {});
     assert.deepEqual(config, {
-      listeners: [{ name: 'proxy', address: '127.0.0.1:8080', role: 'proxy' }],
+      listeners: [{ name: 'proxy', address: '127.0.0.1:8080', role: 'proxy', drain_type: 'default', direction: 'inbound' }],
       providers: [],
       models: [],
       keys: [],
-      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5 },
+      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate' },
       downstream: {
         idle_timeout_secs: 0,
         fresh_connection_grace_secs: 10,
@@ -62,12 +62,13 @@ describe('defaults', () => {
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       log: { level: 'info', access_log: true },
+      admin: { allow_non_loopback: false },
     });
   });
 
   test('a partly given section keeps its given values and defaults the rest', () => {
     const config = parseConfig(`${PROXY}shutdown: { min_drain_secs: 2 }\nlog: { level: debug }\n`, 'test.yaml', {});
-    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5 });
+    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate' });
     assert.deepEqual(config.log, { level: 'debug', access_log: true });
   });
 

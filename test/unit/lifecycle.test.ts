@@ -338,8 +338,8 @@ describe('L3 retiring connections', () => {
     const t = setup();
     let a = 0;
     let b = 0;
-    t.lifecycle.onRetire(() => a++);
-    const unsubscribe = t.lifecycle.onRetire(() => b++);
+    t.lifecycle.onRetire('proxy', () => a++);
+    const unsubscribe = t.lifecycle.onRetire('proxy', () => b++);
     unsubscribe();
     assert.equal(a, 0);
     void t.lifecycle.drain('SIGTERM');
@@ -845,7 +845,7 @@ describe('O1 logs', () => {
     const [started] = t.events('drain_started');
     assert.ok(started);
     assert.equal(started.level, 'info');
-    assert.deepEqual(started.fields, { event: 'drain_started', trigger: 'SIGTERM', min_drain_secs: 12, max_drain_secs: 90, in_flight: 1, open_connections: 3 });
+    assert.deepEqual(started.fields, { event: 'drain_started', trigger: 'SIGTERM', min_drain_secs: 12, max_drain_secs: 90, strategy: 'immediate', inbound_only: false, exit: true, in_flight: 1, open_connections: 3 });
   });
 
   test('O1: drain progress is logged every progress_log_secs until the exit', async () => {
