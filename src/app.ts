@@ -102,7 +102,7 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
     connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
   const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));
-  for (const l of config.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction });
+  for (const l of config.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction, admin: l.role === 'admin' });
   listeners = config.listeners.map(
     (l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, onRequest, l.role === 'proxy' ? onUpgrade : undefined),
   );

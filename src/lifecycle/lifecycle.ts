@@ -26,6 +26,8 @@ export interface ListenerScope {
   /** `modify_only` listeners drain only when changed or removed, not on a process drain or health-check fail. */
   drainType: 'default' | 'modify_only';
   direction: 'inbound' | 'outbound';
+  /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */
+  admin?: boolean;
 }
 
 export interface DrainOptions {
@@ -316,7 +318,12 @@ export class Lifecycle implements DrainDecision {
     if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
       for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
     }
-    if (!graceful) this.#hooks.stopAccepting((listener) => this.#inPlan(plan, this.#scopes.get(listener)));
+    if (!graceful) {
+      this.#hooks.stopAccepting((listener) => {
+        const scope = this.#scopes.get(listener);
+        return this.#inPlan(plan, scope) && !(scope?.admin && !plan.exit);
+      });
+    }
     this.#timers.push(
       this.#clock.every(progressLogSecs * 1000, () =>
         this.#log.info(
