@@ -1,7 +1,7 @@
-// Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners.
-// Holds the wiring only; each behaviour lives in its own module.
+// Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
+// applies a new config to it (E6). Holds the wiring only; each behaviour lives in its own module.
 import type { Config } from './config/schema.ts';
-import { Lifecycle } from './lifecycle/lifecycle.ts';
+import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics } from './telemetry/metrics.ts';
@@ -9,47 +9,57 @@ import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { Gateway, createRouting } from './gateway/gateway.ts';
 import { AdminRoutes } from './admin/admin.ts';
-import { Listener } from './server/listener.ts';
+import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
-  readonly listeners: readonly Listener[];
   /** Starts the drain; resolves with the exit code (the same promise on every call). */
   drain(trigger: string): Promise<number>;
   /** L8: a second signal ends the drain now. */
   force(reason: string): void;
-  /** New TLS handshakes use the certificates now in the files (SIGHUP). */
-  reloadCertificates(trigger: string): void;
+  /** E6: applies a validated new config without a restart. */
+  reload(next: Config, trigger: string): Promise<void>;
+  /** A new config was refused: the last good one keeps serving. */
+  reloadRejected(): void;
+}
+
+function drainSettings(config: Config): DrainSettings {
+  return {
+    minDrainSecs: config.shutdown.min_drain_secs,
+    maxDrainSecs: config.shutdown.max_drain_secs,
+    progressLogSecs: config.shutdown.progress_log_secs,
+    freshConnectionGraceSecs: config.downstream.idle_timeout_secs || config.downstream.fresh_connection_grace_secs,
+    freshTimeoutSecs: config.downstream.headers_timeout_secs,
+    idleTimeoutSecs: config.downstream.idle_timeout_secs,
+    drainStrategy: config.shutdown.drain_strategy,
+    drainTimeSecs: config.shutdown.drain_time_secs,
+    connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
+  };
+}
+
+function formatAddress(host: string, port: number): string {
+  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }
 
 export async function startGateway(config: Config, loggers: Loggers, version: string): Promise<RunningGateway> {
   const logger = loggers.events;
+  const startedAt = Date.now();
+  let current = config;
   let listeners: Listener[] = [];
-  let gateway: Gateway | undefined;
   const lifecycle = new Lifecycle({
     clock: systemClock,
     log: logger,
-    settings: {
-      minDrainSecs: config.shutdown.min_drain_secs,
-      maxDrainSecs: config.shutdown.max_drain_secs,
-      progressLogSecs: config.shutdown.progress_log_secs,
-      freshConnectionGraceSecs: config.downstream.idle_timeout_secs || config.downstream.fresh_connection_grace_secs,
-      freshTimeoutSecs: config.downstream.headers_timeout_secs,
-      idleTimeoutSecs: config.downstream.idle_timeout_secs,
-      drainStrategy: config.shutdown.drain_strategy,
-      drainTimeSecs: config.shutdown.drain_time_secs,
-      connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
-    },
+    settings: drainSettings(config),
     hooks: {
       stopAccepting: (include) => {
         for (const listener of listeners) if (!include || include(listener.name)) listener.stopAccepting();
       },
       shutdown: async () => {
         // L9: pools close once their requests are done (nothing is in flight by now).
-        await Promise.allSettled([...(gateway?.routing.providers.values() ?? [])].map((p) => p.close()));
+        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => p.close()));
         flushLogger(logger);
       },
     },
@@ -63,28 +73,29 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
     (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
     (connection, reason) => metrics.connectionsClosed.labels(connection.listener, reason).inc(),
   );
-  gateway = new Gateway(createRouting(config), {
+  const gateway = new Gateway(createRouting(config), {
     decision: lifecycle,
     trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });
-  const admin = new AdminRoutes({
-    metrics,
-    lifecycle,
-    version,
-    startedAt: Date.now(),
-    token: config.admin.token,
-    drainTimeSecs: config.shutdown.drain_time_secs ?? config.shutdown.min_drain_secs,
-    listeners: () =>
-      listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
-  });
+  const createAdmin = (c: Config) =>
+    new AdminRoutes({
+      metrics,
+      lifecycle,
+      version,
+      startedAt,
+      token: c.admin.token,
+      drainTimeSecs: c.shutdown.drain_time_secs ?? c.shutdown.min_drain_secs,
+      listeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
+    });
+  let admin = createAdmin(config);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: true },
+    { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: !lifecycle.draining },
-    { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
   ];
   const services = {
     lifecycle,
@@ -92,28 +103,30 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
     accessLog,
     logger,
     healthChecks,
-    routesFor: (listener: Listener) => (listener.role === 'admin' ? admin : gateway!),
+    routesFor: (listener: Listener) => (listener.role === 'admin' ? admin : gateway),
   };
   const onRequest = createRequestHandler(services);
   const realtime = new RealtimeRoute({
-    routing: () => gateway!.routing,
+    routing: () => gateway.routing,
     trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
   const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));
-  for (const l of config.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction, admin: l.role === 'admin' });
-  listeners = config.listeners.map(
-    (l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, onRequest, l.role === 'proxy' ? onUpgrade : undefined),
-  );
+  const handlersFor = (role: string): ListenerHandlers => ({ onRequest, onUpgrade: role === 'proxy' ? onUpgrade : undefined });
+  const registerScopes = (c: Config) => {
+    for (const l of c.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction, admin: l.role === 'admin' });
+  };
+  const open = async (listener: Listener) => {
+    const address = await listener.listen();
+    const where = formatAddress(address.address, address.port);
+    logger.info({ event: 'listener_started', listener: listener.name, role: listener.role, address: where }, `listening on ${where} (${listener.role})`);
+  };
+
+  registerScopes(config);
+  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, handlersFor(l.role)));
   try {
-    for (const listener of listeners) {
-      const address = await listener.listen();
-      logger.info(
-        { event: 'listener_started', listener: listener.name, role: listener.role, address: formatAddress(address.address, address.port) },
-        `listening on ${formatAddress(address.address, address.port)} (${listener.role})`,
-      );
-    }
+    for (const listener of listeners) await open(listener);
   } catch (error) {
     for (const listener of listeners) listener.stopAccepting();
     throw error;
@@ -123,17 +136,66 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
     { event: 'ready', providers: config.providers.map((p) => `${p.name} (${p.type})`), models: config.models.length, keys: config.keys.length },
     'sluice is ready',
   );
+
+  /**
+   * E6: models, providers and keys swap atomically between requests; a listener whose settings
+   * changed keeps its listening socket and retires the old settings' connections; a removed
+   * listener stops accepting and retires its connections; a removed or changed provider gets no
+   * new requests and its pool closes when its last request ends.
+   */
+  async function reload(next: Config, trigger: string): Promise<void> {
+    const previous = { config: current, routing: gateway.routing };
+    gateway.setRouting(createRouting(next, previous));
+    for (const [name, provider] of previous.routing.providers) {
+      if (gateway.routing.providers.get(name) !== provider) void provider.close();
+    }
+    lifecycle.updateSettings(drainSettings(next));
+    registerScopes(next);
+    admin = createAdmin(next);
+    accessLog.setLogger(next.log.access_log ? loggers.access : undefined);
+    logger.level = loggers.access.level = next.log.level;
+    const old = new Map(listeners.map((l) => [l.name, l]));
+    const kept: Listener[] = [];
+    for (const l of next.listeners) {
+      const existing = old.get(l.name);
+      old.delete(l.name);
+      if (existing?.reconfigure(l, next.downstream)) {
+        existing.reloadCertificates(trigger);
+        kept.push(existing);
+        continue;
+      }
+      if (existing) {
+        // Another address, or TLS switched: the old listener goes, its connections are retired.
+        existing.stopAccepting();
+        existing.retireConnections();
+      }
+      const fresh = new Listener(l, next.downstream, lifecycle, systemClock, logger, handlersFor(l.role));
+      await open(fresh);
+      kept.push(fresh);
+    }
+    for (const removed of old.values()) {
+      removed.stopAccepting();
+      removed.retireConnections();
+      logger.info({ event: 'listener_removed', listener: removed.name }, 'listener removed; its connections are retired');
+    }
+    listeners = kept;
+    current = next;
+    metrics.configReloads.labels('success').inc();
+    metrics.configLastReloadSuccessful.set(1);
+    logger.info(
+      { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
+      'configuration reloaded',
+    );
+  }
+
   return {
     lifecycle,
-    listeners,
     drain: (trigger) => lifecycle.drain(trigger),
-    reloadCertificates: (trigger) => {
-      for (const listener of listeners) listener.reloadCertificates(trigger);
-    },
     force: (reason) => lifecycle.force(reason),
+    reload,
+    reloadRejected: () => {
+      metrics.configReloads.labels('failure').inc();
+      metrics.configLastReloadSuccessful.set(0);
+    },
   };
-}
-
-function formatAddress(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
 }

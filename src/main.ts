@@ -67,10 +67,10 @@ async function main(argv: string[]): Promise<number> {
     );
     return 0;
   }
-  return serve(config);
+  return serve(config, file);
 }
 
-async function serve(config: Config): Promise<number> {
+async function serve(config: Config, file: string | undefined): Promise<number> {
   const loggers = createLoggers({ level: config.log.level });
   const logger = loggers.events;
   let gateway;
@@ -93,7 +93,22 @@ async function serve(config: Config): Promise<number> {
     };
     process.on('SIGTERM', onSignal);
     process.on('SIGINT', onSignal);
-    process.on('SIGHUP', () => started.reloadCertificates('SIGHUP'));
+    // E6: SIGHUP reloads the whole config; a bad one is refused and the last good one keeps serving.
+    process.on('SIGHUP', () => {
+      let next: Config;
+      try {
+        next = loadConfig(file);
+      } catch (error) {
+        if (!(error instanceof ConfigError)) throw error;
+        started.reloadRejected();
+        logger.error({ event: 'config_reload_failed', source: error.source, problems: error.problems }, 'new configuration rejected; the last good one keeps serving');
+        return;
+      }
+      started.reload(next, 'SIGHUP').catch((error: unknown) => {
+        started.reloadRejected();
+        logger.error({ event: 'config_reload_failed', reason: (error as Error).message }, 'applying the new configuration failed');
+      });
+    });
   });
 }
 

@@ -22,9 +22,9 @@ export interface Routing {
   readonly modelList: string;
 }
 
-export function createRouting(config: Config): Routing {
+export function createRouting(config: Config, previous?: { config: Config; routing: Routing }): Routing {
   const router = new ModelRouter(config.models);
-  const providers = createProviders(config);
+  const providers = createProviders(config, previous && { config: previous.config, providers: previous.routing.providers });
   return {
     router,
     providers,
@@ -58,6 +58,11 @@ export class Gateway {
 
   get routing(): Routing {
     return this.#routing;
+  }
+
+  /** E6: later requests use `routing`; requests already routed finish on what they started with. */
+  setRouting(routing: Routing): void {
+    this.#routing = routing;
   }
 
   /** The endpoint label for a path, or undefined when the proxy does not serve it. */

@@ -386,19 +386,27 @@ export class Lifecycle implements DrainDecision {
   }
 
   #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
-    if (connection.retiring || connection.socket.destroyed) return;
-    connection.retiring = true;
-    if (connection.state === 'upgraded') {
+    if (connection.state === 'upgraded' && !connection.retiring && !connection.socket.destroyed) {
       // E3: an upgraded stream cannot be told to go away; on HTTP/1 it is reset at once.
+      connection.retiring = true;
       this.connections.destroy(connection, 'proactive_drain_reset');
       return;
     }
-    // HTTP/2: the GOAWAY notice now, the final one after the drain timeout.
+    this.retireConnection(connection, timeoutMs, 'proactive_drain');
+  }
+
+  /**
+   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its current response, HTTP/2 gets
+   * the GOAWAY notice then the final GOAWAY; an idle one is closed once `timeoutMs` has passed.
+   * Upgraded sessions are left to finish.
+   */
+  retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string): void {
+    if (connection.retiring || connection.socket.destroyed) return;
+    connection.retiring = true;
     connection.retire?.();
-    // Idle ones close when their drain timeout elapses; busy HTTP/1 ones close after their response.
     this.#timers.push(
       this.#clock.after(timeoutMs, () => {
-        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, 'proactive_drain');
+        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);
       }),
     );
   }

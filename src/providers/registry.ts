@@ -1,13 +1,24 @@
 // Builds the provider adapters named in the config.
+import { isDeepStrictEqual } from 'node:util';
 import type { Config } from '../config/schema.ts';
 import type { Provider } from './types.ts';
 import { OpenAIProvider } from './openai/adapter.ts';
 import { AnthropicProvider } from './anthropic/adapter.ts';
 import { EchoProvider } from './echo/adapter.ts';
 
-export function createProviders(config: Config): Map<string, Provider> {
+/**
+ * Builds the providers of `config`. With `previous` (a reload), a provider whose settings did not
+ * change is reused, with its pool and the connections in it.
+ */
+export function createProviders(config: Config, previous?: { config: Config; providers: ReadonlyMap<string, Provider> }): Map<string, Provider> {
   const providers = new Map<string, Provider>();
   for (const provider of config.providers) {
+    const before = previous?.config.providers.find((p) => p.name === provider.name);
+    const reusable = previous?.providers.get(provider.name);
+    if (before && reusable && isDeepStrictEqual(before, provider) && isDeepStrictEqual(previous!.config.upstream, config.upstream)) {
+      providers.set(provider.name, reusable);
+      continue;
+    }
     switch (provider.type) {
       case 'openai':
         providers.set(provider.name, new OpenAIProvider(provider, config.upstream));

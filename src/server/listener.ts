@@ -1,13 +1,18 @@
 // A listener owns its listening socket (net.Server, or tls.Server for TLS) and hands each accepted
-// connection to a protocol server that never listens itself: HTTP/1.1 (http.Server) or HTTP/2
+// connection to protocol servers that never listen themselves: HTTP/1.1 (http.Server) or HTTP/2
 // (http2.Server), chosen by ALPN on TLS and by the first bytes in cleartext (h2c with prior
 // knowledge). Closing the listening socket therefore stops accepting without touching accepted
 // connections (node's http.Server.close() would destroy fresh ones, which L6 forbids), and the
 // protocol servers' header/request timeouts keep running after the listener has closed.
+//
+// The protocol servers and their settings form a generation. A config reload that changes the
+// listener's settings (E6) starts a new generation on the same listening socket, so not one
+// connection is refused, while the old generation's connections are retired.
 import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
 import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
 import { Server as HttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
+import { isDeepStrictEqual } from 'node:util';
 import type { Duplex } from 'node:stream';
 import type { DownstreamConfig, ListenerConfig, Protocol } from '../config/schema.ts';
 import { listenerProtocols, parseAddress } from '../config/schema.ts';
@@ -26,44 +31,29 @@ export interface ListenerLog {
   error(fields: object, message: string): void;
 }
 
+export interface ListenerHandlers {
+  onRequest: RequestHandler;
+  onUpgrade?: UpgradeHandler | undefined;
+}
+
 /** The HTTP/2 connection preface (RFC 9113 §3.4) starts with these bytes. */
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n');
 
-export class Listener {
-  readonly name: string;
-  readonly role: ListenerConfig['role'];
-  readonly configuredAddress: string;
+/** The protocol servers of one configuration of a listener. */
+class Generation {
+  readonly config: ListenerConfig;
+  readonly downstream: DownstreamConfig;
   readonly protocols: readonly Protocol[];
-  readonly tls: boolean;
-  readonly #config: ListenerConfig;
-  readonly #acceptor: NetServer | TlsServer;
-  readonly #http1: HttpServer | undefined;
-  readonly #http2: Http2Server | undefined;
-  readonly #sessions: Http2Sessions;
-  readonly #lifecycle: Lifecycle;
-  readonly #log: ListenerLog;
-  #pendingConnection: TrackedConnection | undefined;
-  #unwatch: (() => void) | undefined;
-  #accepting = false;
+  readonly http1: HttpServer | undefined;
+  readonly http2: Http2Server | undefined;
+  readonly sessions: Http2Sessions;
+  pendingConnection: TrackedConnection | undefined;
 
-  constructor(
-    config: ListenerConfig,
-    downstream: DownstreamConfig,
-    lifecycle: Lifecycle,
-    clock: Clock,
-    log: ListenerLog,
-    onRequest: RequestHandler,
-    onUpgrade?: UpgradeHandler,
-  ) {
-    this.name = config.name;
-    this.role = config.role;
-    this.configuredAddress = config.address;
+  constructor(listener: Listener, config: ListenerConfig, downstream: DownstreamConfig, clock: Clock, handlers: ListenerHandlers) {
+    this.config = config;
+    this.downstream = downstream;
     this.protocols = listenerProtocols(config);
-    this.tls = config.tls !== undefined;
-    this.#config = config;
-    this.#lifecycle = lifecycle;
-    this.#log = log;
-    this.#sessions = new Http2Sessions(downstream.drain_timeout_secs * 1000, clock);
+    this.sessions = new Http2Sessions(downstream.drain_timeout_secs * 1000, clock);
     if (this.protocols.includes('http1')) {
       const http1 = new HttpServer({
         keepAliveTimeout: Math.round(downstream.idle_timeout_secs * 1000),
@@ -72,34 +62,69 @@ export class Listener {
         connectionsCheckingInterval: 1000,
         noDelay: true,
       });
-      http1.on('request', (req: IncomingMessage, res: ServerResponse) => onRequest(this, req, res));
+      http1.on('request', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       http1.on('clientError', sendClientError);
-      if (onUpgrade) http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(this, req, socket, head));
+      const onUpgrade = handlers.onUpgrade;
+      if (onUpgrade) http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(listener, req, socket, head));
       // Starts the protocol server's connection tracking (headers/request timeouts) without a socket.
       http1.emit('listening');
-      this.#http1 = http1;
+      this.http1 = http1;
     }
     if (this.protocols.includes('h2')) {
       const http2 = createHttp2Server({ maxSessionMemory: 64 });
       http2.on('session', (session: ServerHttp2Session) => {
-        const connection = this.#pendingConnection;
-        this.#pendingConnection = undefined;
+        const connection = this.pendingConnection;
+        this.pendingConnection = undefined;
         // A session accepted during the drain is retired at its first response (respond.ts), as an
         // HTTP/1.1 connection is: a GOAWAY now would race the client's first request.
-        if (connection) this.#sessions.add(session, connection);
+        if (connection) this.sessions.add(session, connection);
       });
       http2.on('request', (req: Http2ServerRequest, res: Http2ServerResponse) =>
-        onRequest(this, req as unknown as IncomingMessage, res as unknown as ServerResponse),
+        handlers.onRequest(listener, req as unknown as IncomingMessage, res as unknown as ServerResponse),
       );
-      this.#http2 = http2;
-      lifecycle.onRetire(this.name, () => this.#sessions.retireAll());
+      this.http2 = http2;
     }
+  }
+
+  /** ALPN protocol ids in the server's order of preference: HTTP/2 first when both are served. */
+  alpn(): string[] {
+    return [...this.protocols].sort((a) => (a === 'h2' ? -1 : 1)).map((p) => (p === 'h2' ? 'h2' : 'http/1.1'));
+  }
+}
+
+export class Listener {
+  readonly name: string;
+  readonly role: ListenerConfig['role'];
+  readonly configuredAddress: string;
+  readonly tls: boolean;
+  readonly #acceptor: NetServer | TlsServer;
+  readonly #lifecycle: Lifecycle;
+  readonly #clock: Clock;
+  readonly #log: ListenerLog;
+  readonly #handlers: ListenerHandlers;
+  /** The generation each connection was accepted by. */
+  readonly #generationOf = new WeakMap<TrackedConnection, Generation>();
+  #generation: Generation;
+  #unwatch: (() => void) | undefined;
+  #accepting = false;
+
+  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, clock: Clock, log: ListenerLog, handlers: ListenerHandlers) {
+    this.name = config.name;
+    this.role = config.role;
+    this.configuredAddress = config.address;
+    this.tls = config.tls !== undefined;
+    this.#lifecycle = lifecycle;
+    this.#clock = clock;
+    this.#log = log;
+    this.#handlers = handlers;
+    this.#generation = new Generation(this, config, downstream, clock, handlers);
+    lifecycle.onRetire(this.name, () => this.#generation.sessions.retireAll());
     if (config.tls) {
       const material = loadTlsMaterial(config.tls);
       const tlsServer = createTlsServer({
         ...material.options,
-        // The server's order decides: HTTP/2 first when both are served.
-        ALPNProtocols: [...this.protocols].sort((a) => (a === 'h2' ? -1 : 1)).map((p) => (p === 'h2' ? 'h2' : 'http/1.1')),
+        // Asked per handshake, so a reload that changes the protocols applies to new connections.
+        ALPNCallback: ({ protocols }) => this.#generation.alpn().find((p) => protocols.includes(p)),
         requestCert: config.tls.client_ca_file !== undefined,
         rejectUnauthorized: config.tls.client_ca_file !== undefined,
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
@@ -124,10 +149,19 @@ export class Listener {
     return this.#accepting;
   }
 
+  get protocols(): readonly Protocol[] {
+    return this.#generation.protocols;
+  }
+
+  get config(): ListenerConfig {
+    return this.#generation.config;
+  }
+
   /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
-    if (req.httpVersionMajor === 2) return this.#sessions.connectionOf((req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session);
-    return this.#lifecycle.connections.get(req.socket);
+    if (req.httpVersionMajor !== 2) return this.#lifecycle.connections.get(req.socket);
+    const session = (req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session;
+    return this.#generation.sessions.connectionOf(session) ?? this.#sessionConnection(session);
   }
 
   listen(): Promise<AddressInfo> {
@@ -137,7 +171,7 @@ export class Listener {
       this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
         this.#acceptor.off('error', reject);
         this.#accepting = true;
-        if (this.#config.tls) this.#unwatch = watchTlsFiles(this.#config.tls, () => this.reloadCertificates('file change'));
+        this.#watchCertificates();
         resolve(this.#acceptor.address() as AddressInfo);
       });
     });
@@ -152,11 +186,46 @@ export class Listener {
     this.#acceptor.close();
   }
 
+  /**
+   * E6: takes the new settings on the same listening socket. Returns false when that is not
+   * possible (another address, or TLS switched on or off): the caller then replaces the listener.
+   */
+  reconfigure(config: ListenerConfig, downstream: DownstreamConfig): boolean {
+    const current = this.#generation;
+    if (config.address !== this.configuredAddress || (config.tls === undefined) !== !this.tls || config.role !== this.role) return false;
+    if (isDeepStrictEqual(config, current.config) && isDeepStrictEqual(downstream, current.downstream)) return true;
+    if (config.tls && !isDeepStrictEqual(config.tls, current.config.tls)) {
+      const server = this.#acceptor as TlsServer & { requestCert: boolean; rejectUnauthorized: boolean };
+      try {
+        server.setSecureContext(loadTlsMaterial(config.tls).options);
+      } catch (error) {
+        this.#log.error({ event: 'tls_reload_failed', listener: this.name, trigger: 'reload', reason: (error as Error).message }, 'TLS certificate reload failed; keeping the current one');
+        return true;
+      }
+      server.requestCert = server.rejectUnauthorized = config.tls.client_ca_file !== undefined;
+    }
+    this.#generation = new Generation(this, config, downstream, this.#clock, this.#handlers);
+    this.#log.info({ event: 'listener_reconfigured', listener: this.name }, 'listener reconfigured; connections of the old settings are retired');
+    this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation);
+    this.#unwatch?.();
+    this.#watchCertificates();
+    return true;
+  }
+
+  /** Tells this listener's connections (those `which` selects) to go: E6 drain of old settings. */
+  retireConnections(which: (connection: TrackedConnection) => boolean = () => true): void {
+    const timeoutMs = this.#generation.downstream.drain_timeout_secs * 1000;
+    for (const connection of this.#lifecycle.connections.all()) {
+      if (connection.listener === this.name && which(connection)) this.#lifecycle.retireConnection(connection, timeoutMs, 'listener_changed');
+    }
+  }
+
   /** New handshakes use the certificate now in the files; a bad one is refused and the old kept. */
   reloadCertificates(trigger: string): boolean {
-    if (!this.#config.tls) return false;
+    const tls = this.#generation.config.tls;
+    if (!tls) return false;
     try {
-      const material = loadTlsMaterial(this.#config.tls);
+      const material = loadTlsMaterial(tls);
       (this.#acceptor as TlsServer).setSecureContext(material.options);
       this.#log.info({ event: 'tls_reloaded', listener: this.name, trigger }, 'TLS certificate reloaded');
       return true;
@@ -166,16 +235,30 @@ export class Listener {
     }
   }
 
+  #watchCertificates(): void {
+    const tls = this.#generation.config.tls;
+    if (tls && this.#accepting) this.#unwatch = watchTlsFiles(tls, () => this.reloadCertificates('file change'));
+  }
+
+  #sessionConnection(session: ServerHttp2Session): TrackedConnection | undefined {
+    for (const connection of this.#lifecycle.connections.all()) {
+      if (connection.listener === this.name && this.#generationOf.get(connection)?.sessions.connectionOf(session) === connection) return connection;
+    }
+    return undefined;
+  }
+
   #accepted(socket: Socket): void {
     const connection = this.#lifecycle.connectionAccepted(socket, this.name);
-    if (!this.#http2) return this.#serve(socket, connection, 'http1');
-    if (!this.#http1) return this.#serve(socket, connection, 'h2');
+    const generation = this.#generation;
+    this.#generationOf.set(connection, generation);
+    if (!generation.http2) return this.#serve(generation, socket, connection, 'http1');
+    if (!generation.http1) return this.#serve(generation, socket, connection, 'h2');
     // Cleartext with both: HTTP/2 with prior knowledge starts with the connection preface.
     const sniff = (chunk: Buffer) => {
       socket.pause();
       socket.unshift(chunk);
       const h2 = chunk.subarray(0, H2_PREFACE.length).equals(H2_PREFACE.subarray(0, Math.min(chunk.length, H2_PREFACE.length)));
-      this.#serve(socket, connection, h2 ? 'h2' : 'http1');
+      this.#serve(generation, socket, connection, h2 ? 'h2' : 'http1');
       // HTTP/2 reads the bytes we put back itself; HTTP/1.1 needs the stream flowing again.
       if (!h2) socket.resume();
     };
@@ -189,18 +272,22 @@ export class Listener {
       socket.destroy();
       return;
     }
+    const generation = this.#generation;
+    this.#generationOf.set(connection, generation);
     this.#lifecycle.connections.handOver(connection, socket);
-    this.#serve(socket, connection, socket.alpnProtocol === 'h2' ? 'h2' : 'http1');
+    this.#serve(generation, socket, connection, socket.alpnProtocol === 'h2' ? 'h2' : 'http1');
   }
 
-  #serve(socket: Socket, connection: TrackedConnection, protocol: Protocol): void {
+  #serve(generation: Generation, socket: Socket, connection: TrackedConnection, protocol: Protocol): void {
     connection.protocol = protocol;
-    if (protocol === 'h2') {
-      this.#pendingConnection = connection;
-      this.#http2!.emit('connection', socket);
-      this.#pendingConnection = undefined;
+    if (protocol === 'h2' && generation.http2) {
+      generation.pendingConnection = connection;
+      generation.http2.emit('connection', socket);
+      generation.pendingConnection = undefined;
+    } else if (generation.http1) {
+      generation.http1.emit('connection', socket);
     } else {
-      this.#http1!.emit('connection', socket);
+      socket.destroy();
     }
   }
 }

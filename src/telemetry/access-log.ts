@@ -20,12 +20,17 @@ export interface FinishedRequest {
 }
 
 export class AccessLog {
-  readonly #logger: Logger | undefined;
+  #logger: Logger | undefined;
   readonly #metrics: Metrics;
 
   constructor(logger: Logger | undefined, metrics: Metrics) {
     this.#logger = logger;
     this.#metrics = metrics;
+  }
+
+  /** A reload may switch the access log on or off. */
+  setLogger(logger: Logger | undefined): void {
+    this.#logger = logger;
   }
 
   record(r: FinishedRequest): void {

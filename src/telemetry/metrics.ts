@@ -24,6 +24,8 @@ export class Metrics {
   readonly tokens: Counter<'model' | 'provider' | 'type'>;
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
   readonly connectionsAccepted: Counter<'listener'>;
+  readonly configReloads: Counter<'result'>;
+  readonly configLastReloadSuccessful: Gauge;
 
   constructor(sources: StateSources) {
     const registers = [this.registry];
@@ -71,6 +73,18 @@ export class Metrics {
       labelNames: ['listener'],
       registers,
     });
+    this.configReloads = new Counter({
+      name: 'sluice_config_reloads_total',
+      help: 'Configuration reloads by result (success, failure).',
+      labelNames: ['result'],
+      registers,
+    });
+    this.configLastReloadSuccessful = new Gauge({
+      name: 'sluice_config_last_reload_successful',
+      help: '1 when the last configuration reload succeeded (or none was tried), 0 when it was rejected.',
+      registers,
+    });
+    this.configLastReloadSuccessful.set(1);
     new Gauge({
       name: 'sluice_open_connections',
       help: 'Open downstream connections by listener and state (fresh, idle, active, upgraded).',

@@ -7,11 +7,11 @@
 import { after, afterEach, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { createServer, request, type IncomingMessage, type Server } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { eventually, metricValue, scrape, startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
 import { mockHeader, startMockUpstream, type MockRequest, type MockUpstream } from '../support/mock-upstream.ts';
-import { assertOpenAiError, assertSettled, parseResponses, rawExchange, sseBlocks } from '../support/reliability.ts';
+import { assertOpenAiError, assertSettled, parseResponses, rawExchange, requestOnce, sseBlocks, type Answer } from '../support/reliability.ts';
 
 /** upstream.timeout_ms of the main gateway: the longest wait for headers and between chunks. */
 const UPSTREAM_TIMEOUT_MS = 800;
@@ -157,39 +157,11 @@ afterEach(async () => {
 
 // ---------------------------------------------------------------------------------------------
 
-interface Answer {
-  status: number;
-  headers: IncomingMessage['headers'];
-  body: Buffer;
-  /** The response ended normally (false: the connection was cut before the end). */
-  complete: boolean;
-  elapsedMs: number;
-}
-
 /** A POST on its own connection (Connection: close), collecting the whole answer even if cut. */
 function post(target: GatewayProcess, path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
-  const started = Date.now();
-  const payload = Buffer.from(typeof body === 'string' ? body : JSON.stringify(body));
-  return new Promise((resolve, reject) => {
-    const req = request(
-      `${target.proxyUrl}${path}`,
-      { method: 'POST', agent: false, headers: { 'content-type': 'application/json', 'content-length': payload.length, ...headers } },
-      (res) => {
-        const chunks: Buffer[] = [];
-        let done = false;
-        const finish = (complete: boolean) => {
-          if (done) return;
-          done = true;
-          resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks), complete, elapsedMs: Date.now() - started });
-        };
-        res.on('data', (chunk: Buffer) => chunks.push(chunk));
-        res.on('end', () => finish(res.complete));
-        res.on('error', () => finish(false));
-        res.on('close', () => finish(res.complete));
-      },
-    );
-    req.on('error', reject);
-    req.end(payload);
+  return requestOnce(`${target.proxyUrl}${path}`, {
+    body: typeof body === 'string' ? body : JSON.stringify(body),
+    headers: { 'content-type': 'application/json', ...headers },
   });
 }
 

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';
 import { readFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { eventually, scrape, type GatewayProcess } from './gateway-process.ts';
 
 /** Sums every sample of `name` whose labels pass `keep` (labels parsed from the exposition). */
@@ -89,7 +90,8 @@ export function assertOpenAiError(text: string, context = ''): { message: string
 
 export interface RawResult {
   data: Buffer;
-  /** The server closed the connection (FIN or reset) before the deadline. */
+  /** The server closed the connection (FIN or reset) before the deadline (false too when we
+   *  stopped after `stopAfterResponses`). */
   closed: boolean;
   /** The connection was reset rather than closed cleanly. */
   reset: boolean;
@@ -104,7 +106,12 @@ export interface RawResult {
 export function rawExchange(
   url: string,
   bytes: string | Buffer | undefined,
-  options: { timeoutMs?: number; drive?: (socket: Socket) => void | Promise<void> } = {},
+  options: {
+    timeoutMs?: number;
+    drive?: (socket: Socket) => void | Promise<void>;
+    /** Resolve (and close the socket ourselves) once this many complete responses were read. */
+    stopAfterResponses?: number;
+  } = {},
 ): Promise<RawResult> {
   const { hostname, port } = new URL(url);
   const timeoutMs = options.timeoutMs ?? 10_000;
@@ -124,7 +131,17 @@ export function rawExchange(
       finish(false);
       socket.destroy();
     }, timeoutMs);
-    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('data', (chunk: Buffer) => {
+      chunks.push(chunk);
+      const wanted = options.stopAfterResponses;
+      if (wanted !== undefined) {
+        const responses = parseResponses(Buffer.concat(chunks));
+        if (responses.length >= wanted && responses.slice(0, wanted).every((r) => r.complete)) {
+          finish(false);
+          socket.destroy();
+        }
+      }
+    });
     socket.on('error', (error: NodeJS.ErrnoException) => {
       if (error.code === 'ECONNRESET' || error.code === 'EPIPE') reset = true;
       else if (!started) {
@@ -220,4 +237,44 @@ export function rssKiB(pid: number): number {
 /** Splits an SSE body into its event blocks (blank-line separated, empty ones dropped). */
 export function sseBlocks(text: string): string[] {
   return text.split(/\r?\n\r?\n/).filter((b) => b.trim() !== '');
+}
+
+export interface Answer {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: Buffer;
+  /** The response ended normally (false: the connection was cut before the end). */
+  complete: boolean;
+  elapsedMs: number;
+}
+
+/**
+ * One request on its own connection (no agent: `Connection: close`), so that nothing stays open
+ * on the gateway afterwards; collects the whole answer, even a cut one.
+ */
+export function requestOnce(
+  url: string,
+  options: { method?: string; body?: string | Buffer; headers?: Record<string, string | number | string[]> } = {},
+): Promise<Answer> {
+  const started = Date.now();
+  const payload = options.body === undefined ? undefined : Buffer.from(options.body);
+  const headers: Record<string, string | number | string[]> = { ...options.headers };
+  if (payload !== undefined) headers['content-length'] ??= payload.length;
+  return new Promise((resolve, reject) => {
+    const req = httpRequest(url, { method: options.method ?? (payload ? 'POST' : 'GET'), agent: false, headers }, (res) => {
+      const chunks: Buffer[] = [];
+      let done = false;
+      const finish = (complete: boolean) => {
+        if (done) return;
+        done = true;
+        resolve({ status: res.statusCode!, headers: res.headers, body: Buffer.concat(chunks), complete, elapsedMs: Date.now() - started });
+      };
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () => finish(res.complete));
+      res.on('error', () => finish(false));
+      res.on('close', () => finish(res.complete));
+    });
+    req.on('error', reject);
+    req.end(payload);
+  });
 }
