@@ -396,14 +396,16 @@ export class Lifecycle implements DrainDecision {
   }
 
   /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its current response, HTTP/2 gets
-   * the GOAWAY notice then the final GOAWAY; an idle one is closed once `timeoutMs` has passed.
-   * Upgraded sessions are left to finish.
+   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets the
+   * GOAWAY notice then the final GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
+   * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
+   * process or the listener is going away). Upgraded sessions are left to finish.
    */
-  retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string): void {
+  retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
     if (connection.retiring || connection.socket.destroyed) return;
     connection.retiring = true;
     connection.retire?.();
+    if (!closeIdle) return;
     this.#timers.push(
       this.#clock.after(timeoutMs, () => {
         if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);

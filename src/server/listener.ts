@@ -206,17 +206,21 @@ export class Listener {
     }
     this.#generation = new Generation(this, config, downstream, this.#clock, this.#handlers);
     this.#log.info({ event: 'listener_reconfigured', listener: this.name }, 'listener reconfigured; connections of the old settings are retired');
-    this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation);
+    this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation, false);
     this.#unwatch?.();
     this.#watchCertificates();
     return true;
   }
 
-  /** Tells this listener's connections (those `which` selects) to go: E6 drain of old settings. */
-  retireConnections(which: (connection: TrackedConnection) => boolean = () => true): void {
+  /**
+   * Tells this listener's connections (those `which` selects) to go (E6). Idle HTTP/1.1 ones are
+   * closed after the drain timeout only when the listener itself is going away (`closeIdle`);
+   * otherwise their next response closes them, which no client can race.
+   */
+  retireConnections(which: (connection: TrackedConnection) => boolean = () => true, closeIdle = true): void {
     const timeoutMs = this.#generation.downstream.drain_timeout_secs * 1000;
     for (const connection of this.#lifecycle.connections.all()) {
-      if (connection.listener === this.name && which(connection)) this.#lifecycle.retireConnection(connection, timeoutMs, 'listener_changed');
+      if (connection.listener === this.name && which(connection)) this.#lifecycle.retireConnection(connection, timeoutMs, 'listener_changed', closeIdle);
     }
   }
 

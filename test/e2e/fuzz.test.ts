@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { stringify } from 'yaml';
 import { metricValue, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
-import { assertOpenAiError, assertSettled, parseResponses, rawExchange, requestOnce, sumMetric } from '../support/reliability.ts';
+import { assertOpenAiError, assertSettled, parseResponses, rawExchange, requestOnce } from '../support/reliability.ts';
 import { ConfigError, parseConfig } from '../../src/config/load.ts';
 
 const SEED = Number(process.env.SLUICE_FUZZ_SEED ?? 20261129);
@@ -92,10 +92,11 @@ function expectedStatus(endpoint: Endpoint, text: string): { status: number; cod
 
 const json = fc.jsonValue({ maxDepth: 4 });
 const model = fc.oneof(
-  fc.constantFrom('mock-gpt', 'mock-claude', 'aliased', 'echo', 'echo-', '', 'ECHO', 'gpt-4o', '__proto__', 'constructor', 'echo*'),
-  fc.string({ maxLength: 20 }).map((s) => `echo-${s}`),
-  fc.string({ maxLength: 20 }),
-  json,
+  { weight: 4, arbitrary: fc.constantFrom('mock-gpt', 'mock-claude', 'aliased', 'echo') },
+  { weight: 2, arbitrary: fc.string({ maxLength: 20 }).map((s) => `echo-${s}`) },
+  { weight: 1, arbitrary: fc.constantFrom('echo-', '', 'ECHO', 'gpt-4o', '__proto__', 'constructor', 'echo*', ' echo') },
+  { weight: 1, arbitrary: fc.string({ maxLength: 20 }) },
+  { weight: 1, arbitrary: json },
 );
 const content = fc.oneof(
   fc.string({ maxLength: 200 }),
@@ -107,30 +108,32 @@ const message = fc.oneof(
   json,
 );
 /** An object with the fields a model request has, each of any type, plus random extra keys. */
-const requestObject = fc
-  .tuple(
-    fc.record(
-      {
-        model,
-        messages: fc.oneof(fc.array(message, { maxLength: 5 }), json),
-        stream: fc.oneof(fc.boolean(), json),
-        stream_options: fc.oneof(fc.record({ include_usage: fc.oneof(fc.boolean(), json) }), json),
-        input: fc.oneof(fc.string({ maxLength: 100 }), fc.array(fc.string({ maxLength: 20 }), { maxLength: 5 }), json),
-        prompt: fc.oneof(fc.string({ maxLength: 100 }), json),
-        max_tokens: fc.oneof(fc.integer(), json),
-        dimensions: fc.oneof(fc.integer({ min: -10, max: 5000 }), json),
-      },
-      { requiredKeys: [] },
-    ),
-    fc.dictionary(fc.string({ maxLength: 10 }), json, { maxKeys: 4 }),
-  )
-  .map(([fields, extra]) => ({ ...extra, ...fields }));
+const requestObject = (requiredKeys: 'model'[]) =>
+  fc
+    .tuple(
+      fc.record(
+        {
+          model,
+          messages: fc.oneof(fc.array(message, { maxLength: 5 }), json),
+          stream: fc.oneof(fc.boolean(), json),
+          stream_options: fc.oneof(fc.record({ include_usage: fc.oneof(fc.boolean(), json) }), json),
+          input: fc.oneof(fc.string({ maxLength: 100 }), fc.array(fc.string({ maxLength: 20 }), { maxLength: 5 }), json),
+          prompt: fc.oneof(fc.string({ maxLength: 100 }), json),
+          max_tokens: fc.oneof(fc.integer(), json),
+          dimensions: fc.oneof(fc.integer({ min: -10, max: 5000 }), json),
+        },
+        { requiredKeys },
+      ),
+      fc.dictionary(fc.string({ maxLength: 10 }), json, { maxKeys: 4 }),
+    )
+    .map(([fields, extra]) => ({ ...extra, ...fields }));
 /** Request body text: mostly JSON (objects above, or any JSON value), sometimes not JSON at all. */
 const bodyText = fc.oneof(
-  { weight: 6, arbitrary: requestObject.map((o) => JSON.stringify(o)) },
-  { weight: 2, arbitrary: json.map((v) => JSON.stringify(v)) },
+  { weight: 6, arbitrary: requestObject(['model']).map((o) => JSON.stringify(o)) },
+  { weight: 2, arbitrary: requestObject([]).map((o) => JSON.stringify(o)) },
+  { weight: 1, arbitrary: json.map((v) => JSON.stringify(v)) },
   { weight: 1, arbitrary: fc.string({ maxLength: 100 }) },
-  { weight: 1, arbitrary: requestObject.map((o) => JSON.stringify(o).slice(0, -1)) },
+  { weight: 1, arbitrary: requestObject(['model']).map((o) => JSON.stringify(o).slice(0, -1)) },
 );
 
 describe('random request bodies', () => {
@@ -296,7 +299,7 @@ describe('random bytes instead of a request', () => {
     await fc.assert(
       fc.asyncProperty(prefix, fc.uint8Array({ minLength: 1, maxLength: 300 }), async (start, noise) => {
         const bytes = Buffer.concat([Buffer.from(start), noise, Buffer.from('\r\n\r\n')]);
-        const result = await rawExchange(gw.proxyUrl, bytes, { timeoutMs: 3000 });
+        const result = await rawExchange(gw.proxyUrl, bytes, { timeoutMs: 1500, stopAfterResponses: 1 });
         const [res] = parseResponses(result.data);
         if (!res) return; // the connection may be closed (or still waiting for more) without an answer
         assert.ok(res.status < 500, `${res.status} for ${JSON.stringify(bytes.toString('latin1').slice(0, 100))}`);
@@ -343,7 +346,9 @@ type Path = (string | number)[];
 function pathsOf(value: unknown, prefix: Path = []): Path[] {
   if (value === null || typeof value !== 'object') return [];
   const out: Path[] = [];
-  const entries: [string | number, unknown][] = Array.isArray(value) ? value.map((v, i) => [i, v]) : Object.entries(value);
+  const entries: [string | number, unknown][] = [];
+  if (Array.isArray(value)) for (let i = 0; i < value.length; i++) entries.push([i, value[i]]);
+  else entries.push(...Object.entries(value));
   for (const [key, child] of entries) {
     out.push([...prefix, key]);
     out.push(...pathsOf(child, [...prefix, key]));
@@ -387,9 +392,10 @@ function mutate(mutations: Mutation[]): unknown {
     } else if (m.op === 'set') {
       define(parent, key, structuredClone(m.value));
     } else {
+      // An unknown key, added to the mapping at the path (or beside it); lists take no keys.
       const target = parent[key];
       if (target !== null && typeof target === 'object' && !Array.isArray(target)) define(target as Record<string, unknown>, m.key, structuredClone(m.value));
-      else define(parent, m.key, structuredClone(m.value));
+      else if (!Array.isArray(parent)) define(parent, m.key, structuredClone(m.value));
     }
   }
   return root;
@@ -437,11 +443,11 @@ describe('random config files through parseConfig', () => {
     assert.ok(outcomes.error > 0, 'no mutation was ever rejected: the generator is broken');
   });
 
-  test('an unknown key added to any strict mapping is reported at its own path', () => {
+  test('an unknown key added to any strict mapping is reported at its own path ("__proto__": see the todo below)', () => {
     // Every mapping of the schema that is strict (not `headers`, which takes any name).
     const strictPaths: Path[] = [[], ['listeners', 0], ['listeners', 2, 'tls'], ['providers', 0], ['models', 1], ['keys', 1], ['shutdown'], ['downstream'], ['upstream'], ['log']];
     fc.assert(
-      fc.property(fc.constantFrom(...strictPaths), unknownKey.filter((k) => k.trim() !== '' && !/^listeners?$/i.test(k.trim())), weirdValue, (path, key, value) => {
+      fc.property(fc.constantFrom(...strictPaths), unknownKey.filter((k) => k.trim() !== '' && k !== '__proto__' && !/^listeners?$/i.test(k.trim())), weirdValue, (path, key, value) => {
         const root = structuredClone(BASE) as unknown as Record<string, unknown>;
         let node: Record<string | number, unknown> = root;
         for (const part of path) node = node[part] as Record<string | number, unknown>;
@@ -516,9 +522,16 @@ describe('random config files through parseConfig', () => {
       recursive: 'listeners: &l [ *l ]\n',
       bomb: `${base}a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\nc: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: [*c, *c, *c, *c, *c, *c, *c, *c, *c, *c]\n`,
     };
+    const wrong: string[] = [];
     for (const [name, text] of Object.entries(cases)) {
-      assert.throws(() => parseConfig(text, 'fuzz.yaml', ENV), (error: unknown) => error instanceof ConfigError, `${name}: not a ConfigError`);
+      try {
+        parseConfig(text, 'fuzz.yaml', ENV);
+        wrong.push(`${name}: accepted`);
+      } catch (error) {
+        if (!(error instanceof ConfigError)) wrong.push(`${name}: ${(error as Error).constructor.name}: ${(error as Error).message.slice(0, 80)}`);
+      }
     }
+    assert.deepEqual(wrong, []);
   });
 
   test('a "__proto__" key is reported as an unknown key, not silently dropped or inherited', { todo: 'BUG: interpolate() (src/config/interpolate.ts) copies mappings with out[key] = …, so a YAML key "__proto__" sets the prototype of the copy instead of adding a key: "__proto__: 5" is silently ignored, "__proto__: { polluted: 1 }" is reported as unknown key "polluted" at the wrong path, and "__proto__: { listeners: [...] }" is accepted as if listeners were set (zod reads the inherited value). Fix: build the copy with Object.defineProperty / Object.fromEntries (own data properties), or reject "__proto__" keys explicitly' }, () => {
@@ -572,15 +585,12 @@ describe('found by fuzzing', () => {
   });
 
   test('model names a client makes up under a pattern route ("echo-<anything>") do not add a metric series each', { todo: 'BUG: AccessLog.record (src/telemetry/access-log.ts) labels sluice_requests_total (and sluice_tokens_total) with the requested model whenever it routed; with a pattern route (echo-*, gpt-*, claude-*, or "*") every name a client invents routes, so each one adds series that prom-client keeps forever: unbounded memory and /metrics size, driven by any client. Fix: label with the matched route entry (Route.entry: "echo-*") instead of the requested name, or with the requested name only for exact entries' }, async () => {
-    const before = sumMetric(await scrape(gw), 'sluice_requests_total', () => true);
     const countSeries = (text: string) => text.split('\n').filter((l) => l.startsWith('sluice_requests_total{') && l.includes('model="echo-fuzz-')).length;
     for (let i = 0; i < 50; i++) {
       const answer = await requestOnce(`${gw.proxyUrl}/v1/chat/completions`, { body: JSON.stringify({ model: `echo-fuzz-${randomUUID()}`, messages: [] }), headers: { 'content-type': 'application/json' } });
       assert.equal(answer.status, 200);
     }
-    const metrics = await scrape(gw);
-    assert.equal(sumMetric(metrics, 'sluice_requests_total', () => true), before + 50);
-    const series = countSeries(metrics);
+    const series = countSeries(await scrape(gw));
     assert.ok(series <= 1, `50 invented model names made ${series} series of sluice_requests_total`);
   });
 });
