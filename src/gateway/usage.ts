@@ -29,8 +29,9 @@ export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | 
   return out;
 }
 
+/** A token count as a provider may report it: a finite number, never negative. */
 function num(value: unknown): number | undefined {
-  return typeof value === 'number' && Number.isFinite(value) ? value : undefined;
+  return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
 }
 
 export class JsonUsageReader implements UsageReader {

@@ -31,7 +31,16 @@ export function createExchangeRecorder(services: RequestServices) {
   const { lifecycle, metrics, accessLog } = services;
   return function recordFinished(ctx: ExchangeContext, status: number): void {
     lifecycle.requestFinished(ctx.connection);
-    metrics.inFlight.labels(ctx.endpoint, ctx.protocol).dec();
+    try {
+      metrics.inFlight.labels(ctx.endpoint, ctx.protocol).dec();
+      recordAccess(ctx, status);
+    } catch (error) {
+      // Telemetry must never take the process down with it.
+      services.logger.error({ event: 'telemetry_error', request_id: ctx.id, err: error }, 'recording a finished request failed');
+    }
+  };
+
+  function recordAccess(ctx: ExchangeContext, status: number): void {
     accessLog.record({
       id: ctx.id,
       downstreamRequestId: ctx.downstreamRequestId,
@@ -48,7 +57,7 @@ export function createExchangeRecorder(services: RequestServices) {
       errorCode: ctx.errorCode,
       usage: ctx.usage,
     });
-  };
+  }
 }
 
 /** O1: requests that arrive during the drain are logged one by one (health probes excluded). */
