@@ -193,7 +193,7 @@ describe('E1: gradual vs immediate', () => {
     test(`${strategy}: HTTP/1 Connection: close and HTTP/2 GOAWAY ${strategy === 'immediate' ? 'from the first response' : 'only as the drain advances'}`, async () => {
       const gw = await startGateway({
         config: config(
-          { shutdown: { drain_strategy: strategy, drain_time_secs: 12, min_drain_secs: 3.5 }, downstream: { drain_timeout_secs: 0.2 } },
+          { shutdown: { drain_strategy: strategy, drain_time_secs: 12, min_drain_secs: 7.5 }, downstream: { drain_timeout_secs: 0.2 } },
           [
             { name: 'proxy', address: '127.0.0.1:0', role: 'proxy', protocols: ['http1', 'h2'] },
             { name: 'admin', address: '127.0.0.1:0', role: 'admin' },
