@@ -1,19 +1,26 @@
 // Sluice benchmark: gateway overhead against a mock upstream, all on 127.0.0.1.
 //
-//   npm run bench                 5 rounds x 5 s per run (about 3.5 minutes)
-//   npm run bench -- --quick      2 rounds x 2 s per run (about 40 s)
+//   npm run bench                 5 rounds x 5 s per run (about 8 minutes)
+//   npm run bench -- --quick      2 rounds x 2 s per run (about 1.5 minutes)
 //   npm run bench -- --profile    also run the gateways under --cpu-prof and print the hottest functions
 //
-// It starts the mock upstream and two gateways (built dist/main.js) as separate processes: "bare" (no
-// client keys, no access log) and "production" (a client key required and sent, access log on, drained
-// from a pipe). wrk (or autocannon if wrk is missing) loads each target in turn, the order rotating
-// every round, and the CPU time each server process spends (/proc/<pid>/stat utime+stime) is divided
-// by the requests completed. Medians across rounds go to stdout and bench/results/latest.md.
+// It starts the mock upstream and three gateways (built dist/main.js) as separate processes: "bare" (no
+// client keys, no access log), "production" (a client key required and sent, access log on, drained
+// from a pipe) and "protocols" (as bare, with four proxy listeners: HTTP/1.1 cleartext, HTTP/1.1 over
+// TLS, h2c and h2 over TLS; see bench/protocols.ts). wrk (or autocannon if wrk is missing) loads the
+// HTTP/1.1 targets and h2load (Debian's nghttp2-client) the HTTP/2 ones, each target in turn, the order
+// rotating every round, and the CPU time each server process spends (/proc/<pid>/stat utime+stime) is
+// divided by the requests completed. Medians across rounds go to stdout and bench/results/latest.md.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { stringify } from 'yaml';
+import { makePki } from '../test/support/certs.ts';
+import {
+  BASELINE, PROTOCOL_TARGETS, post, protocolListeners, protocolMethods, protocolSummary, protocolTable, runH2load,
+  type Protocol, type ProtocolTarget,
+} from './protocols.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -27,12 +34,22 @@ const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).s
 const onPath = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
 const PIN = availableParallelism() >= 2 && onPath('taskset');
 const WRK = onPath('wrk');
+const H2LOAD_FOUND = onPath('h2load');
+const OPENSSL_FOUND = onPath('openssl'); // to make the TLS test certificates
 
-interface Server { name: string; child: ChildProcess; pid: number; url: string }
-interface Target { name: 'direct' | 'bare' | 'production'; url: string; gateway: Server | undefined; key?: string }
+interface Server { name: string; child: ChildProcess; pid: number; url: string; urls: Record<string, string> }
+interface Target {
+  name: string; // direct, bare, production; or a ProtocolTarget name
+  group: 'overhead' | 'protocols';
+  url: string;
+  gateway: Server | undefined;
+  key?: string;
+  protocol: Protocol;
+  tls: boolean;
+}
 interface Case { name: string; body: string; mock?: string }
-interface Load { requests: number; seconds: number; errors: number; non2xx: number; p50Ms: number; p99Ms: number }
-interface Sample { rps: number; p50: number; p99: number; gwCpu: number; mockCpu: number }
+interface Load { requests: number; seconds: number; errors: number; non2xx: number; p50Ms: number; p99Ms: number; meanMs: number }
+export interface Sample { rps: number; p50: number; p99: number; mean: number; gwCpu: number; mockCpu: number }
 
 const CASES: Case[] = [
   { name: 'chat', body: JSON.stringify({ model: 'bench', messages: [{ role: 'user', content: 'Say hello' }], max_tokens: 16 }) },
@@ -45,12 +62,13 @@ const CASES: Case[] = [
 
 // --- child processes ------------------------------------------------------------------------------
 
-const TMP = mkdtempSync(join(tmpdir(), 'sluice-bench-')); // generated configs and the wrk script
+const TMP = mkdtempSync(join(tmpdir(), 'sluice-bench-')); // generated configs, the wrk script, request bodies
+const cleanUp = [TMP]; // and the test PKI's directory
 const children = new Set<ChildProcess>();
 const killAll = (): void => children.forEach((c) => c.kill('SIGKILL'));
 process.once('exit', () => {
   killAll();
-  rmSync(TMP, { recursive: true, force: true });
+  for (const dir of cleanUp) rmSync(dir, { recursive: true, force: true });
 });
 for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
   process.once(sig, () => {
@@ -92,7 +110,7 @@ function startServer(name: string, args: string[], urlFrom: (line: Record<string
         if (url === undefined) continue;
         clearTimeout(timer);
         child.stdout!.off('data', onData).on('data', () => {}); // from now on: drain (the access log)
-        done({ name, child, pid: child.pid!, url });
+        done({ name, child, pid: child.pid!, url, urls: {} });
         return;
       }
     };
@@ -104,11 +122,13 @@ function startMock(): Promise<Server> {
   return startServer('mock', ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
 }
 
-function startGateway(name: 'bare' | 'production', mockUrl: string): Promise<Server> {
+/** `extraListeners` are proxy listeners besides `proxy`; every proxy listener's URL ends up in `urls`. */
+async function startGateway(name: 'bare' | 'production' | 'protocols', mockUrl: string, extraListeners: { name: string; tls?: object }[] = []): Promise<Server> {
   const production = name === 'production';
   const config = {
     listeners: [
       { name: 'proxy', address: '127.0.0.1:0', role: 'proxy' },
+      ...extraListeners,
       { name: 'admin', address: '127.0.0.1:0', role: 'admin' },
     ],
     providers: [{ name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' }],
@@ -120,11 +140,14 @@ function startGateway(name: 'bare' | 'production', mockUrl: string): Promise<Ser
   const file = join(TMP, `${name}.yaml`);
   writeFileSync(file, stringify(config));
   const prof = PROFILE ? ['--cpu-prof', '--cpu-prof-dir', PROFILES, '--cpu-prof-name', `${name}.cpuprofile`] : [];
-  let proxy: string | undefined;
-  return startServer(name, [...prof, 'dist/main.js', '--config', file], (l) => {
-    if (l.event === 'listener_started' && l.listener === 'proxy') proxy = `http://${String(l.address)}`;
-    return l.event === 'ready' ? proxy : undefined;
+  const tls = new Set(extraListeners.filter((l) => l.tls).map((l) => l.name));
+  const urls: Record<string, string> = {};
+  const server = await startServer(name, [...prof, 'dist/main.js', '--config', file], (l) => {
+    const listener = String(l.listener);
+    if (l.event === 'listener_started' && l.role === 'proxy') urls[listener] = `${tls.has(listener) ? 'https' : 'http'}://${String(l.address)}`;
+    return l.event === 'ready' ? urls.proxy : undefined;
   });
+  return { ...server, urls };
 }
 
 /** SIGTERM (so --cpu-prof writes its profile), SIGKILL after 10 s. */
@@ -149,11 +172,19 @@ local mock = os.getenv("BENCH_MOCK")
 if mock ~= nil and mock ~= "" then wrk.headers["x-mock"] = mock end
 done = function(summary, latency, requests)
   local e = summary.errors
-  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d}\\n',
+  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d,"mean_us":%d}\\n',
     summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99)))
+    latency:percentile(50), latency:percentile(99), latency.mean))
 end
 `;
+
+/** The request headers of a target and case (wrk's script sets the same from its environment). */
+function headersFor(target: Target, c: Case): Record<string, string> {
+  const headers: Record<string, string> = { 'content-type': 'application/json' };
+  if (target.key) headers.authorization = `Bearer ${target.key}`;
+  if (c.mock) headers['x-mock'] = c.mock;
+  return headers;
+}
 
 function run(child: ChildProcess, timeoutMs: number): Promise<string> {
   let out = '';
@@ -177,19 +208,27 @@ async function wrk(target: Target, c: Case, seconds: number, luaFile: string): P
   const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
   if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
   const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
-  return { requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3 };
+  return {
+    requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!,
+    p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3, meanMs: r.mean_us! / 1e3,
+  };
 }
 
 async function autocannon(target: Target, c: Case, seconds: number): Promise<Load> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (target.key) headers.authorization = `Bearer ${target.key}`;
-  if (c.mock) headers['x-mock'] = c.mock;
+  const headers = headersFor(target, c);
   const script = `import ac from 'autocannon'; const r = await ac(JSON.parse(process.env.BENCH_OPTS));
-    process.stdout.write(JSON.stringify({ requests: r.requests.total, errors: r.errors + r.timeouts, non2xx: r.non2xx, p50: r.latency.p50, p99: r.latency.p99, duration: r.duration }));`;
+    process.stdout.write(JSON.stringify({ requests: r.requests.total, errors: r.errors + r.timeouts, non2xx: r.non2xx, p50: r.latency.p50, p99: r.latency.p99, mean: r.latency.average, duration: r.duration }));`;
   const opts = { url: `${target.url}/v1/chat/completions`, method: 'POST', body: c.body, headers, connections: S.connections, duration: seconds };
-  const child = launch('1', process.execPath, ['--input-type=module', '-e', script], { BENCH_OPTS: JSON.stringify(opts) });
+  // Like wrk, no certificate check on the TLS target.
+  const env = { BENCH_OPTS: JSON.stringify(opts), ...(target.tls ? { NODE_TLS_REJECT_UNAUTHORIZED: '0' } : {}) };
+  const child = launch('1', process.execPath, ['--input-type=module', '-e', script], env);
   const r = JSON.parse(await run(child, (seconds + 20) * 1000)) as Record<string, number>;
-  return { requests: r.requests!, seconds: r.duration!, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50!, p99Ms: r.p99! };
+  return { requests: r.requests!, seconds: r.duration!, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50!, p99Ms: r.p99!, meanMs: r.mean! };
+}
+
+function h2load(target: Target, c: Case, seconds: number): Promise<Load> {
+  const exec = (args: string[]) => run(launch('1', 'h2load', args), (seconds + 20) * 1000);
+  return runH2load(exec, { url: `${target.url}/v1/chat/completions`, tls: target.tls, seconds, body: c.body, headers: headersFor(target, c), dir: TMP });
 }
 
 // --- measurement --------------------------------------------------------------------------------
@@ -201,21 +240,30 @@ function cpuTicks(pid: number): number {
   return Number(fields[11]) + Number(fields[12]);
 }
 
-/** One POST per target and case, to fail fast on a wrong config rather than benchmark error responses. */
-async function check(target: Target, c: Case): Promise<void> {
-  const headers: Record<string, string> = { 'content-type': 'application/json' };
-  if (target.key) headers.authorization = `Bearer ${target.key}`;
-  if (c.mock) headers['x-mock'] = c.mock;
-  const res = await fetch(`${target.url}/v1/chat/completions`, { method: 'POST', headers, body: c.body });
-  const text = await res.text();
+/**
+ * One POST per target and case, in the target's protocol (the certificate checked against `ca`), to
+ * fail fast on a wrong config rather than benchmark error responses.
+ */
+async function check(target: Target, c: Case, ca: Buffer | undefined): Promise<void> {
+  const headers = headersFor(target, c);
+  const path = '/v1/chat/completions';
+  let status: number;
+  let text: string;
+  if (target.protocol === 'http1' && !target.tls) {
+    const res = await fetch(`${target.url}${path}`, { method: 'POST', headers, body: c.body });
+    [status, text] = [res.status, await res.text()];
+  } else {
+    ({ status, text } = await post(target.url, path, target.protocol, headers, c.body, ca));
+  }
   const events = text.split('\n').filter((l) => l.startsWith('data:')).length;
-  if (res.status !== 200 || (c.mock !== undefined && events < 50)) {
-    throw new Error(`sanity check failed for ${target.name} / ${c.name}: HTTP ${res.status}, ${events} SSE events: ${text.slice(0, 300)}`);
+  if (status !== 200 || (c.mock !== undefined && events < 50)) {
+    throw new Error(`sanity check failed for ${target.name} / ${c.name}: HTTP ${status}, ${events} SSE events: ${text.slice(0, 300)}`);
   }
 }
 
 async function measure(target: Target, c: Case, mock: Server, luaFile: string): Promise<Sample> {
-  const load = (seconds: number) => (WRK ? wrk(target, c, seconds, luaFile) : autocannon(target, c, seconds));
+  const load = (seconds: number) =>
+    target.protocol === 'h2' ? h2load(target, c, seconds) : WRK ? wrk(target, c, seconds, luaFile) : autocannon(target, c, seconds);
   await load(S.warmupSeconds);
   const gw0 = target.gateway ? cpuTicks(target.gateway.pid) : 0;
   const mock0 = cpuTicks(mock.pid);
@@ -226,8 +274,12 @@ async function measure(target: Target, c: Case, mock: Server, luaFile: string): 
     process.stderr.write(`  warning: ${target.name}/${c.name}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses\n`);
   }
   const usPerReq = (ticks: number) => (r.requests > 0 ? (ticks / CLK_TCK) * 1e6 / r.requests : NaN);
-  return { rps: r.requests / r.seconds, p50: r.p50Ms, p99: r.p99Ms, gwCpu: usPerReq(gw1 - gw0), mockCpu: usPerReq(mock1 - mock0) };
+  loads.push(loadavg()[0]!);
+  return { rps: r.requests / r.seconds, p50: r.p50Ms, p99: r.p99Ms, mean: r.meanMs, gwCpu: usPerReq(gw1 - gw0), mockCpu: usPerReq(mock1 - mock0) };
 }
+
+/** The 1-minute load average after each measurement. */
+const loads: number[] = [];
 
 const median = (xs: number[]): number => {
   const s = [...xs].sort((a, b) => a - b);
@@ -271,8 +323,9 @@ function summary(results: Results): string {
     .join('\n');
 }
 
-function machineInfo(generator: string, loadBefore: string): string {
+function machineInfo(generator: string, loadBefore: string, protocols: ProtocolTarget[]): string {
   const model = /^model name\s*:\s*(.*)$/m.exec(readFileSync('/proc/cpuinfo', 'utf8'))?.[1] ?? 'unknown';
+  const range = (xs: number[]) => `${Math.min(...xs).toFixed(2)}–${Math.max(...xs).toFixed(2)}`;
   return [
     `- Date: ${new Date().toISOString()}`,
     `- CPU: ${model}, ${cpus().length} cores; Node ${process.version}; clock ticks ${CLK_TCK}/s`,
@@ -282,7 +335,8 @@ function machineInfo(generator: string, loadBefore: string): string {
       ? '- Pinning: load generator on CPU 1, gateways and mock on CPU 0 (taskset)'
       : '- Pinning: none (taskset missing or fewer than 2 CPUs): generator and servers share the CPUs',
     `- Gateways: "bare" = no client keys, access log off; "production" = client key required and sent, access log on (stdout drained through a pipe); metrics always on${PROFILE ? '; **run under --cpu-prof, so slower than usual**' : ''}`,
-    `- Load average (1 min) before / after the run: ${loadBefore} / ${loadavg()[0]!.toFixed(2)} (other work on the machine skews everything)`,
+    ...protocolMethods(protocols),
+    `- Load average (1 min): ${range(loads)} during the run (after each measurement); ${loadBefore} before, ${loadavg()[0]!.toFixed(2)} after (other work on the machine skews everything)`,
     '- Caveat: numbers from a shared 2-core VM are noisy (±10-20% between runs); compare ratios, not absolute values.',
   ].join('\n');
 }
@@ -309,6 +363,18 @@ function topSelf(file: string, n = 15): string {
 
 // --- main ---------------------------------------------------------------------------------------
 
+/** The "protocols" gateway and its targets, less those whose tool (h2load, openssl) is missing. */
+async function startProtocolsGateway(mockUrl: string): Promise<{ gateway?: Server; targets: ProtocolTarget[]; ca?: Buffer }> {
+  if (!H2LOAD_FOUND) process.stderr.write('bench: h2load not on PATH, skipping the HTTP/2 rows (Debian package nghttp2-client)\n');
+  if (!OPENSSL_FOUND) process.stderr.write('bench: openssl not on PATH, skipping the TLS rows (Debian package openssl)\n');
+  const targets = PROTOCOL_TARGETS.filter((t) => (t.protocol !== 'h2' || H2LOAD_FOUND) && (!t.tls || OPENSSL_FOUND));
+  if (targets.every((t) => t.name === BASELINE)) return { targets: [] }; // nothing to compare
+  const pki = targets.some((t) => t.tls) ? makePki() : undefined;
+  if (pki) cleanUp.push(pki.dir);
+  const gateway = await startGateway('protocols', mockUrl, protocolListeners(targets, pki?.server));
+  return { gateway, targets, ca: pki?.caPem };
+}
+
 async function main(): Promise<void> {
   const unknown = FLAGS.filter((f) => f !== '--quick' && f !== '--profile');
   if (unknown.length > 0) {
@@ -329,12 +395,17 @@ async function main(): Promise<void> {
   const mock = await startMock();
   const bare = await startGateway('bare', mock.url);
   const production = await startGateway('production', mock.url);
+  const plain = { group: 'overhead', protocol: 'http1', tls: false } as const;
   const targets: Target[] = [
-    { name: 'direct', url: mock.url, gateway: undefined },
-    { name: 'bare', url: bare.url, gateway: bare },
-    { name: 'production', url: production.url, gateway: production, key: CLIENT_KEY },
+    { name: 'direct', url: mock.url, gateway: undefined, ...plain },
+    { name: 'bare', url: bare.url, gateway: bare, ...plain },
+    { name: 'production', url: production.url, gateway: production, key: CLIENT_KEY, ...plain },
   ];
-  for (const t of targets) for (const c of CASES) await check(t, c);
+  const { gateway: protocols, targets: protocolTargets, ca } = await startProtocolsGateway(mock.url);
+  for (const t of protocolTargets) {
+    targets.push({ name: t.name, group: 'protocols', url: protocols!.urls[t.listener]!, gateway: protocols, protocol: t.protocol, tls: t.tls });
+  }
+  for (const t of targets) for (const c of CASES) await check(t, c, ca);
 
   const results: Results = new Map(CASES.map((c) => [c.name, new Map(targets.map((t) => [t.name, [] as Sample[]]))]));
   for (let round = 0; round < S.rounds; round++) {
@@ -351,15 +422,22 @@ async function main(): Promise<void> {
     }
   }
 
-  await Promise.all([bare, production, mock].map(stop));
+  const gateways = [bare, production, ...(protocols ? [protocols] : [])];
+  await Promise.all([...gateways, mock].map(stop));
 
-  const md = `# Sluice benchmark\n\n${machineInfo(generator, loadBefore)}\n\n${table(results, targets)}\n\n${summary(results)}\n`;
+  const overhead = targets.filter((t) => t.group === 'overhead');
+  let md = `# Sluice benchmark\n\n${machineInfo(generator, loadBefore, protocolTargets)}\n\n` +
+    `## Gateway vs direct\n\n${table(results, overhead)}\n\n${summary(results)}\n`;
+  if (protocolTargets.length > 0) {
+    md += `\n## TLS and HTTP/2 (gateway "protocols", each protocol vs its HTTP/1.1 cleartext listener)\n\n${protocolTable(results, protocolTargets)}\n\n` +
+      `${protocolSummary(results.get(CASES[0]!.name)!, protocolTargets)}\n`;
+  }
   process.stdout.write(`\n${md}`);
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, 'latest.md'), md);
   process.stdout.write(`\nwritten to ${join('bench', 'results', 'latest.md')}\n`);
   if (PROFILE) {
-    for (const name of ['bare', 'production']) {
+    for (const { name } of gateways) {
       const file = join(PROFILES, `${name}.cpuprofile`);
       process.stdout.write(`\nTop 15 self-time functions, ${name} gateway (${file}):\n${topSelf(file)}\n`);
     }

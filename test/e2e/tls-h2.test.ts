@@ -177,6 +177,30 @@ describe('TLS listener', { skip: openssl.skip }, () => {
   });
 });
 
+describe('h2-only TLS listener', { skip: openssl.skip }, () => {
+  test('a client that negotiates no ALPN protocol is refused, and the gateway stays up', async () => {
+    const gw = await startGateway({ config: gatewayConfig({ tls: tlsFiles(), protocols: ['h2'] }) });
+    try {
+      const { hostname, port } = new URL(gw.proxyUrl);
+      const outcome = await new Promise<string>((resolve) => {
+        const socket = tlsConnect({ host: hostname, port: Number(port), ca: pki.caPem, servername: 'localhost' }, () => {
+          socket.write('GET /livez HTTP/1.1\r\nhost: x\r\n\r\n');
+        });
+        let data = '';
+        socket.on('data', (d) => (data += d.toString()));
+        socket.on('close', () => resolve(data === '' ? 'closed' : data));
+        socket.on('error', () => {});
+      });
+      assert.equal(outcome, 'closed');
+      const session = await h2Session(gw.proxyUrl.replace('http:', 'https:'), { ca: pki.caPem });
+      assert.equal((await h2Request(session, '/livez')).status, 200, 'still serving');
+      session.close();
+    } finally {
+      await gw.stop();
+    }
+  });
+});
+
 describe('mutual TLS', { skip: openssl.skip }, () => {
   test('a client without a certificate from the configured CA is rejected; one with it is served', async () => {
     const gw = await startGateway({ config: gatewayConfig({ tls: { ...tlsFiles(), client_ca_file: pki.caCert }, protocols: ['h2'] }) });
