@@ -72,7 +72,9 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
   lifecycle.observeConnections(
     (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
     (connection, reason) => metrics.connectionsClosed.labels(connection.listener, reason).inc(),
+    (listener) => metrics.connectionsRejected.labels(listener).inc(),
   );
+  lifecycle.connections.limit = config.downstream.max_connections;
   const gateway = new Gateway(createRouting(config), {
     decision: lifecycle,
     trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
@@ -150,6 +152,7 @@ export async function startGateway(config: Config, loggers: Loggers, version: st
       if (gateway.routing.providers.get(name) !== provider) void provider.close();
     }
     lifecycle.updateSettings(drainSettings(next));
+    lifecycle.connections.limit = next.downstream.max_connections;
     registerScopes(next);
     admin = createAdmin(next);
     accessLog.setLogger(next.log.access_log ? loggers.access : undefined);

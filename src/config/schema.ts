@@ -112,6 +112,8 @@ const downstream = z.strictObject({
   request_timeout_secs: seconds.default(300),
   /** L4: time between an HTTP/2 session's GOAWAY notice and its final GOAWAY. */
   drain_timeout_secs: seconds.default(5),
+  /** Open downstream connections allowed across all listeners (0 = no limit); more are closed at once. */
+  max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
 const upstream = z.strictObject({

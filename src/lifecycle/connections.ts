@@ -28,6 +28,8 @@ export interface TrackedConnection {
 
 export interface ConnectionEvents {
   accepted(connection: TrackedConnection): void;
+  /** A connection over the limit was closed before it was tracked. */
+  rejected?(listener: string): void;
   closed(connection: TrackedConnection, reason: string): void;
 }
 
@@ -43,6 +45,22 @@ export class ConnectionTracker {
 
   get size(): number {
     return this.#connections.size;
+  }
+
+  /** The most connections open at once across listeners; 0 is no limit. */
+  limit = 0;
+
+  /**
+   * Tracks a new connection, or closes it at once (returning undefined) when the limit is reached:
+   * refusing early is cheaper than serving badly once the process is out of memory or descriptors.
+   */
+  admit(socket: Socket, listener: string): TrackedConnection | undefined {
+    if (this.limit > 0 && this.#connections.size >= this.limit) {
+      socket.destroy();
+      this.#events.rejected?.(listener);
+      return undefined;
+    }
+    return this.add(socket, listener);
   }
 
   add(socket: Socket, listener: string): TrackedConnection {

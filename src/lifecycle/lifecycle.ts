@@ -109,6 +109,7 @@ export class Lifecycle implements DrainDecision {
   #resolveDone: ((code: number) => void) | undefined;
   #onConnectionAccepted: ((connection: TrackedConnection) => void) | undefined;
   #onConnectionClosed: ((connection: TrackedConnection, reason: string) => void) | undefined;
+  #onConnectionRejected: ((listener: string) => void) | undefined;
 
   constructor(options: { clock: Clock; log: LifecycleLog; hooks: LifecycleHooks; settings: DrainSettings; random?: () => number }) {
     this.#clock = options.clock;
@@ -120,6 +121,7 @@ export class Lifecycle implements DrainDecision {
     this.connections = new ConnectionTracker(
       {
         accepted: (connection) => this.#connectionAccepted(connection),
+        rejected: (listener) => this.#onConnectionRejected?.(listener),
         closed: (connection, reason) => {
           this.#onConnectionClosed?.(connection, reason);
           this.#check();
@@ -202,9 +204,14 @@ export class Lifecycle implements DrainDecision {
   }
 
   /** Observers for metrics and logs (set once by the composition root). */
-  observeConnections(accepted: (c: TrackedConnection) => void, closed: (c: TrackedConnection, reason: string) => void): void {
+  observeConnections(
+    accepted: (c: TrackedConnection) => void,
+    closed: (c: TrackedConnection, reason: string) => void,
+    rejected?: (listener: string) => void,
+  ): void {
     this.#onConnectionAccepted = accepted;
     this.#onConnectionClosed = closed;
+    this.#onConnectionRejected = rejected;
   }
 
   markServing(): void {
@@ -258,6 +265,11 @@ export class Lifecycle implements DrainDecision {
 
   connectionAccepted(socket: Socket, listener: string): TrackedConnection {
     return this.connections.add(socket, listener);
+  }
+
+  /** Like connectionAccepted, but closes the socket and returns undefined past `max_connections`. */
+  admitConnection(socket: Socket, listener: string): TrackedConnection | undefined {
+    return this.connections.admit(socket, listener);
   }
 
   /** A request's headers were read (or a WebSocket upgrade began): it is in flight. */

@@ -130,8 +130,8 @@ export class Listener {
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
       });
       tlsServer.on('connection', (socket: Socket) => {
-        const connection = lifecycle.connectionAccepted(socket, this.name);
-        connection.protocol = 'tls';
+        const connection = lifecycle.admitConnection(socket, this.name);
+        if (connection) connection.protocol = 'tls';
       });
       tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
       tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
@@ -252,7 +252,8 @@ export class Listener {
   }
 
   #accepted(socket: Socket): void {
-    const connection = this.#lifecycle.connectionAccepted(socket, this.name);
+    const connection = this.#lifecycle.admitConnection(socket, this.name);
+    if (!connection) return;
     const generation = this.#generation;
     this.#generationOf.set(connection, generation);
     if (!generation.http2) return this.#serve(generation, socket, connection, 'http1');

@@ -24,6 +24,7 @@ export class Metrics {
   readonly tokens: Counter<'model' | 'provider' | 'type'>;
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
   readonly connectionsAccepted: Counter<'listener'>;
+  readonly connectionsRejected: Counter<'listener'>;
   readonly configReloads: Counter<'result'>;
   readonly configLastReloadSuccessful: Gauge;
 
@@ -70,6 +71,12 @@ export class Metrics {
     this.connectionsAccepted = new Counter({
       name: 'sluice_connections_accepted_total',
       help: 'Downstream connections accepted, by listener.',
+      labelNames: ['listener'],
+      registers,
+    });
+    this.connectionsRejected = new Counter({
+      name: 'sluice_connections_rejected_total',
+      help: 'Downstream connections closed at once because downstream.max_connections was reached.',
       labelNames: ['listener'],
       registers,
     });

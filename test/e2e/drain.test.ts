@@ -314,3 +314,30 @@ test('L6: header timeouts (slowloris protection) still apply after the listeners
     await gw.stop();
   }
 });
+
+test('downstream.max_connections: connections beyond the limit are closed at once and counted', async () => {
+  const gw = await startGateway({ config: { ...config({ min_drain_secs: 0 }), downstream: { max_connections: 3 } } });
+  const held = [await openSocket(gw.proxyUrl), await openSocket(gw.proxyUrl), await openSocket(gw.proxyUrl)];
+  try {
+    await eventually(async () => {
+      const extra = await openSocket(gw.proxyUrl);
+      const closed = await Promise.race([closedAt(extra).then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 1000))]);
+      extra.destroy();
+      return closed;
+    }, 5000, 'a connection over the limit to be closed');
+    held.pop()!.destroy();
+    await eventually(async () => {
+      try {
+        return (metricValue(await scrape(gw), 'sluice_connections_rejected_total', { listener: 'proxy' }) ?? 0) >= 1;
+      } catch {
+        return false;
+      }
+    }, 5000, 'rejected connections counted');
+    for (const socket of held) socket.destroy();
+    const res = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    assert.equal(res.status, 200, 'serving again once under the limit');
+  } finally {
+    for (const socket of held) socket.destroy();
+    await gw.stop();
+  }
+});

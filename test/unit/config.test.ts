@@ -59,6 +59,7 @@ describe('defaults', () => {
         headers_timeout_secs: 30,
         request_timeout_secs: 300,
         drain_timeout_secs: 5,
+        max_connections: 0,
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       log: { level: 'info', access_log: true },
@@ -565,5 +566,16 @@ describe('values from the environment', () => {
   test('headers_timeout_secs may not exceed request_timeout_secs', () => {
     const problems = problemsOf(`${PROXY}downstream: { headers_timeout_secs: 60, request_timeout_secs: 30 }\n`);
     assert.ok(problems.some((p) => p.path === 'downstream.headers_timeout_secs'), JSON.stringify(problems));
+  });
+});
+
+describe('admin listener exposure', () => {
+  test('an admin listener must bind to loopback unless admin.allow_non_loopback is true', () => {
+    const exposed = 'listeners:\n  - { name: p, address: "0.0.0.0:8080", role: proxy }\n  - { name: a, address: "0.0.0.0:9901", role: admin }\n';
+    assert.ok(problemsOf(exposed).some((p) => p.path === 'listeners[1].address' && /loopback/.test(p.message)));
+    assert.equal(parseConfig(`${exposed}admin: { allow_non_loopback: true, token: "0123456789abcdef0123" }\n`, 'test', {}).admin.allow_non_loopback, true);
+    for (const host of ['127.0.0.1', '[::1]', 'localhost', '127.0.0.2']) {
+      assert.doesNotThrow(() => parseConfig(`listeners:\n  - { name: p, address: "0.0.0.0:8080", role: proxy }\n  - { name: a, address: "${host}:9901", role: admin }\n`, 'test', {}), host);
+    }
   });
 });
