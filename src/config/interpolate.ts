@@ -3,6 +3,8 @@
 
 const PATTERN = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 
+const MAX_DEPTH = 32;
+
 export interface MissingVariable {
   path: (string | number)[];
   variable: string;
@@ -32,10 +34,15 @@ export function interpolate(
       return found;
     });
   }
-  if (Array.isArray(value)) return value.map((item, index) => interpolate(item, env, missing, [...path, index]));
   if (value !== null && typeof value === 'object') {
+    // YAML aliases can make a document refer to itself: a config is a tree.
+    if (path.length > MAX_DEPTH) throw new RangeError('the document is nested too deeply (a self-referencing alias?)');
+    if (Array.isArray(value)) return value.map((item, index) => interpolate(item, env, missing, [...path, index]));
     const out: Record<string, unknown> = {};
-    for (const [key, item] of Object.entries(value)) out[key] = interpolate(item, env, missing, [...path, key]);
+    for (const [key, item] of Object.entries(value)) {
+      // Own data properties only: a `__proto__` key stays a key (and is then reported as unknown).
+      Object.defineProperty(out, key, { value: interpolate(item, env, missing, [...path, key]), enumerable: true, writable: true, configurable: true });
+    }
     return out;
   }
   return value;

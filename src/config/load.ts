@@ -67,12 +67,22 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
       document.errors.map((e) => ({ path: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
     );
   }
-  const raw = document.toJS() ?? {};
+  let raw: unknown;
+  try {
+    raw = document.toJS({ maxAliasCount: 100 }) ?? {};
+  } catch (error) {
+    throw new ConfigError(source, [{ path: '', message: `YAML: ${(error as Error).message}` }]);
+  }
   if (typeof raw !== 'object' || Array.isArray(raw)) {
     throw new ConfigError(source, [{ path: '', message: `expected a mapping at the top level, got ${describeValue(raw)}` }]);
   }
   const missing: MissingVariable[] = [];
-  const resolved = interpolate(raw, env, missing);
+  let resolved: unknown;
+  try {
+    resolved = interpolate(raw, env, missing);
+  } catch (error) {
+    throw new ConfigError(source, [{ path: '', message: (error as Error).message }]);
+  }
   const problems: ConfigProblem[] = missing.map((m) => ({
     path: formatPath(m.path),
     message: `environment variable \${${m.variable}} is not set (write \${${m.variable}:-} for an optional value)`,

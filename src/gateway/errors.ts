@@ -31,6 +31,7 @@ export class GatewayError extends Error {
 
 export const errors = {
   invalidJson: (detail: string) => new GatewayError(400, 'invalid_request_error', 'invalid_json', `request body is not valid JSON: ${detail}`),
+  tooDeep: () => new GatewayError(400, 'invalid_request_error', 'invalid_body', 'request body is nested too deeply'),
   notAnObject: () => new GatewayError(400, 'invalid_request_error', 'invalid_body', 'request body must be a JSON object'),
   missingModel: () => new GatewayError(400, 'invalid_request_error', 'model_required', 'request body must name a "model" (a string)'),
   unknownModel: (model: string) => new GatewayError(404, 'not_found_error', 'model_not_found', `model "${model}" is not configured on this gateway`),

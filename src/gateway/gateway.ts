@@ -119,13 +119,19 @@ export class Gateway {
     ctx.model = model;
     const route = routing.router.resolve(model);
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
+    ctx.modelEntry = route.entry;
     const provider = routing.providers.get(route.provider)!;
     ctx.provider = provider.name;
     if (!provider.supports(spec.endpoint)) return sendError(ctx, decision, errors.unsupportedEndpoint(model, provider.name, provider.type, path));
     let bytes = read.body;
     if (route.upstreamModel !== undefined && route.upstreamModel !== model) {
       body.model = route.upstreamModel;
-      bytes = Buffer.from(JSON.stringify(body));
+      try {
+        bytes = Buffer.from(JSON.stringify(body));
+      } catch {
+        // Only a body nested deeper than the stack allows gets here (JSON.parse took it).
+        return sendError(ctx, decision, errors.tooDeep());
+      }
     }
     if (ctx.res.destroyed) return;
     const relay = new ResponseRelay(ctx, this.#env, spec.endpoint === 'messages' ? 'anthropic' : 'openai');

@@ -55,6 +55,7 @@ export class RealtimeRoute implements UpgradeRoute {
     ctx.model = model;
     const route = routing.router.resolve(model);
     if (!route) return reject(errors.unknownModel(model));
+    ctx.modelEntry = route.entry;
     const provider = routing.providers.get(route.provider)!;
     ctx.provider = provider.name;
     if (!provider.supports('realtime') || !provider.realtimeTarget) {

@@ -19,6 +19,8 @@ export class ExchangeContext {
   protocol: string;
   endpoint = 'other';
   model = '';
+  /** The configured model entry the request matched (a name or a pattern): the metrics label. */
+  modelEntry = '';
   provider = '';
   /** Stable error code when the request failed (access log `error`). */
   errorCode = '';

@@ -64,6 +64,9 @@ class Generation {
       });
       http1.on('request', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       http1.on('clientError', sendClientError);
+      // An `Expect` other than 100-continue is served like any request (and not forwarded),
+      // instead of node's bare 417.
+      http1.on('checkExpectation', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       const onUpgrade = handlers.onUpgrade;
       if (onUpgrade) http1.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => onUpgrade(listener, req, socket, head));
       // Starts the protocol server's connection tracking (headers/request timeouts) without a socket.

@@ -9,6 +9,7 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog } from '../telemetry/access-log.ts';
 import { RequestContext, type ExchangeContext } from './context.ts';
 import { sendJson } from './respond.ts';
+import { clientErrorCodes } from './client-error.ts';
 import type { Listener } from './listener.ts';
 
 export interface RouteTable {
@@ -51,6 +52,7 @@ export function createExchangeRecorder(services: RequestServices) {
       durationSeconds: ctx.durationSeconds(),
       endpoint: ctx.endpoint,
       model: ctx.model,
+      modelEntry: ctx.modelEntry,
       provider: ctx.provider,
       listener: ctx.listener,
       protocol: ctx.protocol,
@@ -75,6 +77,7 @@ export function createRequestHandler(services: RequestServices) {
 
   function finished(ctx: RequestContext): void {
     const res = ctx.res;
+    ctx.errorCode ||= clientErrorCodes.get(res) ?? '';
     if (!res.writableFinished && !ctx.errorCode) ctx.errorCode = 'client_gone';
     // 499: the client left before any response status was sent (nginx's convention).
     recordFinished(ctx, res.headersSent ? res.statusCode : 499);

@@ -12,6 +12,8 @@ export interface FinishedRequest {
   durationSeconds: number;
   endpoint: string;
   model: string;
+  /** The configured entry the model matched ('' when it matched none): the metrics label. */
+  modelEntry: string;
   provider: string;
   listener: string;
   protocol: string;
@@ -35,13 +37,13 @@ export class AccessLog {
 
   record(r: FinishedRequest): void {
     const m = this.#metrics;
-    // A model name is a label value only once it routed to a provider: names a client makes up
-    // (404 model_not_found) would otherwise add a time series each, without bound.
-    m.requests.labels(r.endpoint, statusLabel(r.status), r.provider ? r.model : '').inc();
+    // The label is the configured entry a model matched ("gpt-4o", or the pattern "gpt-*"), never
+    // the name a client sent: made-up names would otherwise add a time series each, without bound.
+    m.requests.labels(r.endpoint, statusLabel(r.status), r.modelEntry).inc();
     m.requestDuration.labels(r.endpoint).observe(r.durationSeconds);
     if (r.usage) {
-      m.tokens.labels(r.model, r.provider, 'prompt').inc(r.usage.prompt);
-      m.tokens.labels(r.model, r.provider, 'completion').inc(r.usage.completion);
+      m.tokens.labels(r.modelEntry, r.provider, 'prompt').inc(r.usage.prompt);
+      m.tokens.labels(r.modelEntry, r.provider, 'completion').inc(r.usage.completion);
     }
     if (!this.#logger) return;
     this.#logger.info({

@@ -198,7 +198,11 @@ const oddTarget = fc.oneof(
   // Long, but under the 16 KiB header limit (the 431 side is covered by errors.test.ts).
   fc.integer({ min: 1000, max: 14_000 }).map((n) => `/${'a'.repeat(n)}`),
 );
-const target = fc.oneof({ weight: 2, arbitrary: fc.webPath().map((p) => p || '/') }, { weight: 3, arbitrary: oddTarget });
+const knownTarget = fc.constantFrom(
+  '/v1/models', '/livez', '/readyz', '/readyz?verbose', '/metrics', '/v1/models?x=1', '/v1/realtime',
+  ...Object.values(PATHS),
+);
+const target = fc.oneof({ weight: 2, arbitrary: fc.webPath().map((p) => p || '/') }, { weight: 3, arbitrary: oddTarget }, { weight: 1, arbitrary: knownTarget });
 
 describe('random request targets', () => {
   for (const role of ['proxy', 'admin'] as const) {
@@ -424,7 +428,6 @@ function checkParse(text: string): 'config' | 'error' {
 }
 
 /** Crashes of the YAML layer that are known bugs (see the todo test below); anything else fails. */
-const KNOWN_YAML_CRASH = /Unresolved alias|Excessive alias count|Maximum call stack size exceeded/;
 
 describe('random config files through parseConfig', () => {
   test('the unmutated base config is valid', () => {
@@ -478,7 +481,6 @@ describe('random config files through parseConfig', () => {
       fc.record({ kind: fc.constant('delete' as const), at: fc.nat(), length: fc.integer({ min: 1, max: 20 }) }),
       fc.record({ kind: fc.constant('swap' as const), at: fc.nat(), other: fc.nat() }),
     );
-    const known: string[] = [];
     const outcomes = { config: 0, error: 0 };
     fc.assert(
       fc.property(fc.array(edit, { minLength: 1, maxLength: 4 }), (edits) => {
@@ -498,24 +500,14 @@ describe('random config files through parseConfig', () => {
             text = lines.join('\n');
           }
         }
-        try {
-          outcomes[checkParse(text)]++;
-        } catch (error) {
-          const message = String((error as Error).message);
-          const crash = /parseConfig threw \w+: (.*)/.exec(message)?.[1] ?? '';
-          if (KNOWN_YAML_CRASH.test(crash)) {
-            known.push(crash);
-            return;
-          }
-          throw error;
-        }
+        outcomes[checkParse(text)]++;
       }),
       params({ numRuns: RUNS * 5 }),
     );
-    console.log(`fuzz config (text): ${JSON.stringify(outcomes)}, known YAML crashes tolerated: ${known.length}${known.length ? ` (e.g. ${known[0]})` : ''}`);
+    console.log(`fuzz config (text): ${JSON.stringify(outcomes)}`);
   });
 
-  test('YAML aliases that are unresolved, self-referencing or exponential give a ConfigError', { todo: 'BUG: parseConfig (src/config/load.ts) calls document.toJS() outside any try: an unresolved alias ("x: *nope") throws ReferenceError, an alias bomb throws ReferenceError "Excessive alias count", and a self-referencing alias ("listeners: &l [ *l ]") builds a cyclic object on which interpolate() (src/config/interpolate.ts) recurses until RangeError. `sluice validate` then prints a stack trace instead of "invalid config". Fix: wrap toJS in try/catch and turn the error into a ConfigError problem at "(document)"; make interpolate() refuse cycles (track the ancestors, report "recursive alias")' }, () => {
+  test('YAML aliases that are unresolved, self-referencing or exponential give a ConfigError', () => {
     const base = 'listeners:\n  - { name: p, address: "127.0.0.1:0", role: proxy }\n';
     const cases = {
       unresolved: `${base}providers: *nope\n`,
@@ -534,7 +526,7 @@ describe('random config files through parseConfig', () => {
     assert.deepEqual(wrong, []);
   });
 
-  test('a "__proto__" key is reported as an unknown key, not silently dropped or inherited', { todo: 'BUG: interpolate() (src/config/interpolate.ts) copies mappings with out[key] = …, so a YAML key "__proto__" sets the prototype of the copy instead of adding a key: "__proto__: 5" is silently ignored, "__proto__: { polluted: 1 }" is reported as unknown key "polluted" at the wrong path, and "__proto__: { listeners: [...] }" is accepted as if listeners were set (zod reads the inherited value). Fix: build the copy with Object.defineProperty / Object.fromEntries (own data properties), or reject "__proto__" keys explicitly' }, () => {
+  test('a "__proto__" key is reported as an unknown key, not silently dropped or inherited', () => {
     const base = 'listeners:\n  - { name: p, address: "127.0.0.1:0", role: proxy }\n';
     for (const text of [
       `${base}__proto__: 5\n`,
@@ -561,18 +553,18 @@ describe('found by fuzzing', () => {
   const deepBody = (modelName: string, depth: number) =>
     `{"model":${JSON.stringify(modelName)},"messages":[{"role":"user","content":${'[{"content":'.repeat(depth)}"hi"${'}]'.repeat(depth)}}]}`;
 
-  test('a deeply nested message (5,000 levels, 70 KB) to the echo provider is not a 5xx', { todo: 'BUG: the echo provider\'s textOf() (src/providers/echo/replies.ts) recurses once per nesting level of message content and overflows the stack (RangeError) at ~3,000 levels; the gateway turns the throw into 502 upstream_failed, a gateway-made 5xx caused by a 70 KB client body. Fix: make textOf iterative or stop at a fixed depth (e.g. 64) and ignore deeper parts' }, async () => {
+  test('a deeply nested message (5,000 levels, 70 KB) to the echo provider is not a 5xx', async () => {
     const answer = await requestOnce(`${gw.proxyUrl}/v1/chat/completions`, { body: deepBody('echo', 5000), headers: { 'content-type': 'application/json' } });
     assert.ok(answer.status < 500, `${answer.status}: ${answer.body.toString('utf8').slice(0, 300)}`);
   });
 
-  test('a deeply nested body (5,000 levels) for a model with upstream_model is not a 500 internal_error', { todo: 'BUG: with upstream_model set, Gateway.#forward (src/gateway/gateway.ts) re-serialises the body with JSON.stringify, which throws RangeError (stack) at ~3,000 nesting levels; it is reported as a gateway bug (handler_error logged, 500 internal_error). JSON.parse of the same body succeeds. Fix: rewrite only the "model" value in the raw bytes (the body was just parsed, so its top-level "model" string can be located), or catch the RangeError and answer 400 invalid_body ("nested too deeply"), or reject bodies nested deeper than a fixed limit before routing' }, async () => {
+  test('a deeply nested body (5,000 levels) for a model with upstream_model is not a 500 internal_error', async () => {
     const rid = `fuzz-${randomUUID()}`;
     const answer = await requestOnce(`${gw.proxyUrl}/v1/chat/completions`, { body: deepBody('aliased', 5000), headers: { 'content-type': 'application/json', 'x-request-id': rid } });
     assert.ok(answer.status < 500, `${answer.status}: ${answer.body.toString('utf8').slice(0, 300)}`);
   });
 
-  test('"Expect: <anything but 100-continue>" gets an OpenAI-shaped error and is counted like any request', { todo: 'BUG: Node\'s http.Server answers an unknown Expect with a bare "417 Expectation Failed" (no body) before the request reaches requests.ts: no OpenAI-shaped body, no access log line, not in sluice_requests_total. Fix: listen to \'checkExpectation\' on the HTTP/1.1 server in src/server/listener.ts and hand the request to the normal handler (which can answer 417 with {"error":{…,"code":"expectation_failed"}}) or ignore the header and serve the request' }, async () => {
+  test('"Expect: <anything but 100-continue>" gets an OpenAI-shaped error and is counted like any request', async () => {
     const result = await rawExchange(
       gw.proxyUrl,
       'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nExpect: something-else\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}',
@@ -584,7 +576,7 @@ describe('found by fuzzing', () => {
     if (res.status >= 400) assertOpenAiError(res.body.toString('utf8'), `${res.status} for Expect`);
   });
 
-  test('model names a client makes up under a pattern route ("echo-<anything>") do not add a metric series each', { todo: 'BUG: AccessLog.record (src/telemetry/access-log.ts) labels sluice_requests_total (and sluice_tokens_total) with the requested model whenever it routed; with a pattern route (echo-*, gpt-*, claude-*, or "*") every name a client invents routes, so each one adds series that prom-client keeps forever: unbounded memory and /metrics size, driven by any client. Fix: label with the matched route entry (Route.entry: "echo-*") instead of the requested name, or with the requested name only for exact entries' }, async () => {
+  test('model names a client makes up under a pattern route ("echo-<anything>") do not add a metric series each', async () => {
     const countSeries = (text: string) => text.split('\n').filter((l) => l.startsWith('sluice_requests_total{') && l.includes('model="echo-fuzz-')).length;
     for (let i = 0; i < 50; i++) {
       const answer = await requestOnce(`${gw.proxyUrl}/v1/chat/completions`, { body: JSON.stringify({ model: `echo-fuzz-${randomUUID()}`, messages: [] }), headers: { 'content-type': 'application/json' } });

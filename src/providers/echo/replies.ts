@@ -16,11 +16,14 @@ export function lastUserText(body: Json): string {
   return '';
 }
 
-function textOf(content: unknown): string {
+/** Text parts are looked for this deep and no deeper: a body nested thousands deep must not overflow the stack. */
+const MAX_DEPTH = 16;
+
+function textOf(content: unknown, depth = 0): string {
   if (typeof content === 'string') return content;
-  if (Array.isArray(content)) {
+  if (Array.isArray(content) && depth < MAX_DEPTH) {
     return content
-      .map((part) => (typeof part === 'string' ? part : typeof (part as Json)?.text === 'string' ? (part as Json).text : textOf((part as Json)?.content)))
+      .map((part) => (typeof part === 'string' ? part : typeof (part as Json)?.text === 'string' ? (part as Json).text : textOf((part as Json)?.content, depth + 1)))
       .filter(Boolean)
       .join(' ');
   }
