@@ -248,7 +248,9 @@ describe('request body limit', () => {
     const answer = await rawPost(
       gw,
       { 'content-type': 'application/json', authorization: `Bearer ${CLIENT_KEY}`, 'x-request-id': rid, 'content-length': Buffer.byteLength(body) },
-      (req) => req.end(body),
+      (req) => {
+        req.end(body);
+      },
     );
     assert.equal(answer.status, 413);
     const parsed = JSON.parse(answer.body) as ErrorBody;
