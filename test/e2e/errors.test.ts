@@ -437,6 +437,24 @@ describe('malformed HTTP', () => {
     assert.equal(body.error.type, 'invalid_request_error');
   });
 
+  test('a folded header line (obs-fold, a smuggling vector) is 400 with a JSON body', async () => {
+    const answer = await rawExchange(
+      gw.proxyUrl,
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Folded: a\r\n  b\r\nContent-Length: 2\r\n\r\n{}',
+    );
+    const { status, body } = parseRaw(answer);
+    assert.equal(status, 400);
+    assert.equal(body.error.type, 'invalid_request_error');
+  });
+
+  test('two Content-Length headers that disagree are 400', async () => {
+    const answer = await rawExchange(
+      gw.proxyUrl,
+      'POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 9\r\n\r\n{}',
+    );
+    assert.equal(parseRaw(answer).status, 400);
+  });
+
   test('a header over 16 KB is 431 with a JSON body', async () => {
     const answer = await rawExchange(gw.proxyUrl, `GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ${'a'.repeat(20 * 1024)}\r\n\r\n`);
     const { status, body } = parseRaw(answer);
