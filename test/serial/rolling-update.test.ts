@@ -148,7 +148,14 @@ async function rollingRestart(kill: 'drain' | 'no-drain', protocol: Protocol = '
       // The balancer has found the new instance and sends it traffic before the next one goes.
       await servedSince(fresh, 0);
     }
-    return await load.stop();
+    const result = await load.stop();
+    // For whoever has to find out why a request was lost: HAProxy's log of every answer that was
+    // not a clean 200 (status and termination flags).
+    if (result.failures.length > 0 && kill === 'drain') {
+      const unusual = lb.output().split('\n').filter((line) => line.includes(' HTTP/') && !(/ 200 /.test(line) && / ---- /.test(line)));
+      console.log(`haproxy lines for non-200 answers:\n${unusual.slice(0, 20).join('\n')}`);
+    }
+    return result;
   } catch (error) {
     await load.stop();
     throw error;

@@ -8,6 +8,8 @@ import { join } from 'node:path';
 
 export interface HaproxyProcess {
   readonly url: string;
+  /** HAProxy's own output, one log line per request (httplog format). */
+  output(): string;
   stop(): Promise<void>;
 }
 
@@ -30,9 +32,12 @@ export async function startHaproxy(
   const inter = options.checkIntervalMs ?? 200;
   const config = `global
   maxconn 2000
+  log stderr format raw local0 info
 
 defaults
   mode http
+  log global
+  option httplog
   timeout connect 2s
   timeout client 60s
   timeout server 60s
@@ -74,6 +79,7 @@ ${backends.map((b) => `  server ${b.name} 127.0.0.1:${b.port} check${options.htt
   }
   return {
     url: `http://127.0.0.1:${port}`,
+    output: () => output,
     async stop() {
       child.kill('SIGKILL');
       await exited;
