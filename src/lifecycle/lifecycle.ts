@@ -101,7 +101,8 @@ export class Lifecycle implements DrainDecision {
   #plan: DrainPlan | undefined;
   #healthFailed = false;
   readonly #forceEndables = new Set<ForceEndable>();
-  readonly #timers: TimerHandle[] = [];
+  /** Pending timers, cancelled on exit; one-shot timers leave the set when they fire. */
+  readonly #timers = new Set<TimerHandle>();
   #drainStartedAt = 0;
   #windowElapsed = false;
   #forced: string | undefined;
@@ -217,7 +218,15 @@ export class Lifecycle implements DrainDecision {
   markServing(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'serving';
-    this.#timers.push(this.#clock.every(SWEEP_MS, () => this.#sweep()));
+    this.#timers.add(this.#clock.every(SWEEP_MS, () => this.#sweep()));
+  }
+
+  #after(ms: number, fn: () => void): void {
+    const timer = this.#clock.after(ms, () => {
+      this.#timers.delete(timer);
+      fn();
+    });
+    this.#timers.add(timer);
   }
 
   /** One timer for every connection deadline, instead of a timer per connection. */
@@ -336,7 +345,7 @@ export class Lifecycle implements DrainDecision {
         return this.#inPlan(plan, scope) && !(scope?.admin && !plan.exit);
       });
     }
-    this.#timers.push(
+    this.#timers.add(
       this.#clock.every(progressLogSecs * 1000, () =>
         this.#log.info(
           { event: 'drain_progress', state: this.#state, in_flight: this.#inFlight, open_connections: this.connections.size, elapsed_secs: round(this.drainSeconds()) },
@@ -344,14 +353,12 @@ export class Lifecycle implements DrainDecision {
         ),
       ),
     );
-    this.#timers.push(
-      this.#clock.after(windowSecs * 1000, () => {
-        this.#windowElapsed = true;
-        this.#check();
-      }),
-    );
+    this.#after(windowSecs * 1000, () => {
+      this.#windowElapsed = true;
+      this.#check();
+    });
     if (graceful) this.#scheduleProactiveDrain(plan);
-    if (maxDrainSecs > 0 && exit) this.#timers.push(this.#clock.after(maxDrainSecs * 1000, () => this.force('max_drain_secs')));
+    if (maxDrainSecs > 0 && exit) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     // D3: with no window, nothing in flight means we can go at once.
     if (windowSecs === 0) this.#windowElapsed = true;
     this.#check();
@@ -366,7 +373,7 @@ export class Lifecycle implements DrainDecision {
     if (exit && !plan.exit) {
       plan.exit = true;
       const { maxDrainSecs } = this.#settings;
-      if (maxDrainSecs > 0) this.#timers.push(this.#clock.after(maxDrainSecs * 1000, () => this.force('max_drain_secs')));
+      if (maxDrainSecs > 0) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     }
     this.#log.info({ event: 'drain_widened', trigger, inbound_only: plan.inboundOnly, exit: plan.exit }, 'drain widened');
     if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
@@ -384,17 +391,15 @@ export class Lifecycle implements DrainDecision {
     const drainTimeMs = this.#drainTimeMs();
     const timeoutMs = (this.#settings.connectionDrainTimeoutSecs ?? 5) * 1000;
     if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
-    this.#timers.push(
-      this.#clock.after((drainTimeMs * 2) / 3, () => {
-        for (const connection of this.connections.all()) {
-          if (connection.retiring || !this.#inPlan(plan, this.#scopes.get(connection.listener))) continue;
-          const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - plan.startedAt, this.#random);
-          if (at === undefined) continue;
-          const delay = Math.max(0, plan.startedAt + at - this.#clock.now());
-          this.#timers.push(this.#clock.after(delay, () => this.#drainProactively(connection, timeoutMs)));
-        }
-      }),
-    );
+    this.#after((drainTimeMs * 2) / 3, () => {
+      for (const connection of this.connections.all()) {
+        if (connection.retiring || !this.#inPlan(plan, this.#scopes.get(connection.listener))) continue;
+        const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - plan.startedAt, this.#random);
+        if (at === undefined) continue;
+        const delay = Math.max(0, plan.startedAt + at - this.#clock.now());
+        this.#after(delay, () => this.#drainProactively(connection, timeoutMs));
+      }
+    });
   }
 
   #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
@@ -418,11 +423,9 @@ export class Lifecycle implements DrainDecision {
     connection.retiring = true;
     connection.retire?.();
     if (!closeIdle) return;
-    this.#timers.push(
-      this.#clock.after(timeoutMs, () => {
-        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);
-      }),
-    );
+    this.#after(timeoutMs, () => {
+      if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);
+    });
   }
 
   /** L8: ends the drain now. In-flight streams get an explicit error event; the exit code is 1. */
@@ -441,7 +444,7 @@ export class Lifecycle implements DrainDecision {
       else this.connections.destroy(connection, 'drain_forced');
     }
     // Sockets that do not finish writing promptly must not hold a forced exit.
-    this.#timers.push(this.#clock.after(1000, () => this.#finish()));
+    this.#after(1000, () => this.#finish());
     this.#check();
   }
 
@@ -477,17 +480,16 @@ export class Lifecycle implements DrainDecision {
   }
 
   #holdFresh(connection: TrackedConnection): void {
-    this.#timers.push(
-      this.#clock.after(this.#settings.freshConnectionGraceSecs * 1000, () => {
-        if (connection.state === 'fresh' && !connection.socket.destroyed) this.connections.destroy(connection, 'drain_fresh_timeout');
-      }),
-    );
+    this.#after(this.#settings.freshConnectionGraceSecs * 1000, () => {
+      if (connection.state === 'fresh' && !connection.socket.destroyed) this.connections.destroy(connection, 'drain_fresh_timeout');
+    });
   }
 
   #finish(): void {
     if (this.#state === 'exited') return;
     this.#state = 'exited';
     for (const timer of this.#timers) timer.cancel();
+    this.#timers.clear();
     const code = this.#forced ? 1 : 0;
     this.#log.info(
       { event: 'process_exit', exit_code: code, drain_duration_secs: round(this.drainSeconds()), forced: this.#forced ?? null },
