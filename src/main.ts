@@ -95,6 +95,10 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
     process.on('SIGINT', onSignal);
     // E6: SIGHUP reloads the whole config; a bad one is refused and the last good one keeps serving.
     process.on('SIGHUP', () => {
+      if (started.lifecycle.draining) {
+        logger.warn({ event: 'config_reload_ignored', reason: 'draining' }, 'SIGHUP ignored: the process is draining');
+        return;
+      }
       let next: Config;
       try {
         next = loadConfig(file);
