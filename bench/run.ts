@@ -1,7 +1,7 @@
 // Sluice benchmark: gateway overhead against a mock upstream, all on 127.0.0.1.
 //
-//   npm run bench                 5 rounds x 5 s per run (about 8 minutes)
-//   npm run bench -- --quick      2 rounds x 2 s per run (about 1.5 minutes)
+//   npm run bench                 5 rounds x 5 s per run (about 10 minutes)
+//   npm run bench -- --quick      2 rounds x 2 s per run (about 2 minutes)
 //   npm run bench -- --profile    also run the gateways under --cpu-prof and print the hottest functions
 //
 // It starts the mock upstream and three gateways (built dist/main.js) as separate processes: "bare" (no
@@ -10,7 +10,10 @@
 // TLS, h2c and h2 over TLS; see bench/protocols.ts). wrk (or autocannon if wrk is missing) loads the
 // HTTP/1.1 targets and h2load (Debian's nghttp2-client) the HTTP/2 ones, each target in turn, the order
 // rotating every round, and the CPU time each server process spends (/proc/<pid>/stat utime+stime) is
-// divided by the requests completed. Medians across rounds go to stdout and bench/results/latest.md.
+// divided by the requests completed. HAProxy (Debian's haproxy, one thread, pinned like the gateways) is
+// one more target when on PATH, as the reference C proxy. After the rounds: single-stream time to first
+// byte, and the bare gateway's RSS idle, with 10,000 idle connections and 1,000 slow streams (see
+// bench/extras.ts). Medians across rounds go to stdout and bench/results/latest.md.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
@@ -21,6 +24,7 @@ import {
   BASELINE, PROTOCOL_TARGETS, post, protocolListeners, protocolMethods, protocolSummary, protocolTable, runH2load,
   type Protocol, type ProtocolTarget,
 } from './protocols.ts';
+import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss, type MemoryResult } from './extras.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -36,10 +40,14 @@ const PIN = availableParallelism() >= 2 && onPath('taskset');
 const WRK = onPath('wrk');
 const H2LOAD_FOUND = onPath('h2load');
 const OPENSSL_FOUND = onPath('openssl'); // to make the TLS test certificates
+const HAPROXY_FOUND = onPath('haproxy');
+const TTFB_N = QUICK ? 100 : 300;
+const IDLE_CONNS = 10_000;
+const SLOW_STREAMS = 1_000;
 
 interface Server { name: string; child: ChildProcess; pid: number; url: string; urls: Record<string, string> }
 interface Target {
-  name: string; // direct, bare, production; or a ProtocolTarget name
+  name: string; // direct, bare, production, haproxy; or a ProtocolTarget name
   group: 'overhead' | 'protocols';
   url: string;
   gateway: Server | undefined;
@@ -318,9 +326,17 @@ function summary(results: Results): string {
   const chat = results.get(CASES[0]!.name)!;
   const added = (name: string) => median(chat.get(name)!.map((s) => s.gwCpu));
   const verdict = (us: number) => (us <= 150 ? 'meets' : 'misses');
-  return ['bare', 'production']
-    .map((t) => `- Gateway CPU added per non-streaming request, ${t}: **${added(t).toFixed(0)} µs** (${verdict(added(t))} the ≤150 µs target)`)
-    .join('\n');
+  const lines = ['bare', 'production']
+    .map((t) => `- Gateway CPU added per non-streaming request, ${t}: **${added(t).toFixed(0)} µs** (${verdict(added(t))} the ≤150 µs target)`);
+  for (const [caseName, byTarget] of results) {
+    const haproxy = byTarget.get('haproxy');
+    if (!haproxy) continue;
+    // Per-round ratios, then the median, as in the table.
+    const ratio = (t: string) => median(byTarget.get(t)!.map((s, i) => s.gwCpu / haproxy[i]!.gwCpu));
+    const r = (t: string) => `${t} **${ratio(t).toFixed(2)}×** (${ratio(t) <= 3 ? 'meets' : 'misses'} ≤3×)`;
+    lines.push(`- Gateway CPU / HAProxy CPU per request, ${caseName}: ${r('bare')}, ${r('production')}`);
+  }
+  return lines.join('\n');
 }
 
 function machineInfo(generator: string, loadBefore: string, protocols: ProtocolTarget[]): string {
@@ -336,6 +352,15 @@ function machineInfo(generator: string, loadBefore: string, protocols: ProtocolT
       : '- Pinning: none (taskset missing or fewer than 2 CPUs): generator and servers share the CPUs',
     `- Gateways: "bare" = no client keys, access log off; "production" = client key required and sent, access log on (stdout drained through a pipe); metrics always on${PROFILE ? '; **run under --cpu-prof, so slower than usual**' : ''}`,
     ...protocolMethods(protocols),
+    ...(HAPROXY_FOUND
+      ? [`- HAProxy (${spawnSync('haproxy', ['-v'], { encoding: 'utf8' }).stdout.split('\n')[0]!.split(' - ')[0]}): \`haproxy -db\`, \`nbthread 1\`, mode http, keep-alive both sides, ` +
+          'one backend server (the mock), no health checks, pinned to CPU 0 like the gateways; its "gateway CPU" column is HAProxy\'s own CPU per request']
+      : ['- HAProxy: not on PATH, rows skipped (Debian package haproxy)']),
+    `- Time to first byte: ${TTFB_N} sequential streaming requests (after 30 unmeasured) per target over one keep-alive connection each, the targets interleaved request by request, ` +
+      'from the bench process (node:http, on CPU 1 with the load generator idle), from req.end() to the first body chunk',
+    `- Memory: VmRSS of the "bare" gateway from /proc/<pid>/status 2 s after a 500-request warm-up before the load rounds, and again after the load rounds and 2 s idle; then with up to ${IDLE_CONNS} ` +
+      `keep-alive connections opened by the bench process (one non-streaming request each, then idle 2 s); then with ${SLOW_STREAMS} ` +
+      'streams on top (mock `x-mock: {"chunks":100,"sseIntervalMs":100}`, 10 s each, measured 1 s after all got their first chunk)',
     `- Load average (1 min): ${range(loads)} during the run (after each measurement); ${loadBefore} before, ${loadavg()[0]!.toFixed(2)} after (other work on the machine skews everything)`,
     '- Caveat: numbers from a shared 2-core VM are noisy (±10-20% between runs); compare ratios, not absolute values.',
   ].join('\n');
@@ -359,6 +384,33 @@ function topSelf(file: string, n = 15): string {
   }
   const top = [...totals].sort((a, b) => b[1] - a[1]).slice(0, n);
   return top.map(([k, hits]) => `  ${((hits / busy) * 100).toFixed(1).padStart(5)}%  ${k}`).join('\n');
+}
+
+// --- HAProxy, time to first byte, memory (bench/extras.ts) ---------------------------------------
+
+async function startHaproxyServer(mockUrl: string): Promise<Server | undefined> {
+  if (!HAPROXY_FOUND) {
+    process.stderr.write('bench: haproxy not on PATH, skipping the HAProxy rows (Debian package haproxy)\n');
+    return undefined;
+  }
+  const h = await startHaproxy(launch, mockUrl, TMP);
+  return { name: 'haproxy', child: h.child, pid: h.pid, url: h.url, urls: {} };
+}
+
+/** Sequential streaming requests over one connection per target, from this process (on CPU 1). */
+function measureTtfb(targets: Target[]): Promise<Map<string, number[]>> {
+  const c = CASES[1]!;
+  process.stderr.write(`ttfb: ${TTFB_N} streaming requests per target, interleaved: ${targets.map((t) => t.name).join(', ')}\n`);
+  return ttfb(targets.map((t) => ({ name: t.name, url: t.url, headers: headersFor(t, c) })), c.body, TTFB_N);
+}
+
+async function measureMemory(gateway: Server): Promise<MemoryResult> {
+  const stream = { name: 'slow stream', body: CASES[1]!.body, mock: JSON.stringify({ chunks: 100, sseIntervalMs: 100 }) };
+  const target: Target = { name: 'bare', group: 'overhead', url: gateway.url, gateway, protocol: 'http1', tls: false };
+  process.stderr.write(`memory: bare gateway at ${rssMb(gateway.pid).toFixed(1)} MB, opening ${IDLE_CONNS} idle connections and ${SLOW_STREAMS} slow streams\n`);
+  const m = await memory(gateway.pid, gateway.url, CASES[0]!.body, headersFor(target, stream), stream.body, IDLE_CONNS, SLOW_STREAMS);
+  process.stderr.write(`memory: ${JSON.stringify(m)}\n`);
+  return m;
 }
 
 // --- main ---------------------------------------------------------------------------------------
@@ -401,11 +453,14 @@ async function main(): Promise<void> {
     { name: 'bare', url: bare.url, gateway: bare, ...plain },
     { name: 'production', url: production.url, gateway: production, key: CLIENT_KEY, ...plain },
   ];
+  const haproxy = await startHaproxyServer(mock.url);
+  if (haproxy) targets.push({ name: 'haproxy', url: haproxy.url, gateway: haproxy, ...plain });
   const { gateway: protocols, targets: protocolTargets, ca } = await startProtocolsGateway(mock.url);
   for (const t of protocolTargets) {
     targets.push({ name: t.name, group: 'protocols', url: protocols!.urls[t.listener]!, gateway: protocols, protocol: t.protocol, tls: t.tls });
   }
   for (const t of targets) for (const c of CASES) await check(t, c, ca);
+  const warmRss = await warmIdleRss(bare.pid, { name: 'bare', url: bare.url, headers: headersFor(targets[1]!, CASES[0]!) }, CASES[0]!.body);
 
   const results: Results = new Map(CASES.map((c) => [c.name, new Map(targets.map((t) => [t.name, [] as Sample[]]))]));
   for (let round = 0; round < S.rounds; round++) {
@@ -422,12 +477,17 @@ async function main(): Promise<void> {
     }
   }
 
+  const ttfbResults = await measureTtfb(targets.filter((t) => t.group === 'overhead'));
+  const mem = { warm: warmRss, ...(await measureMemory(bare)) };
+
   const gateways = [bare, production, ...(protocols ? [protocols] : [])];
-  await Promise.all([...gateways, mock].map(stop));
+  await Promise.all([...gateways, ...(haproxy ? [haproxy] : []), mock].map(stop));
 
   const overhead = targets.filter((t) => t.group === 'overhead');
   let md = `# Sluice benchmark\n\n${machineInfo(generator, loadBefore, protocolTargets)}\n\n` +
-    `## Gateway vs direct\n\n${table(results, overhead)}\n\n${summary(results)}\n`;
+    `## Gateway vs direct${haproxy ? ' (and HAProxy)' : ''}\n\n${table(results, overhead)}\n\n${summary(results)}\n` +
+    `\n## Single-stream time to first byte (streaming chat, 50 chunks)\n\n${ttfbTable(ttfbResults, TTFB_N)}\n` +
+    `\n## Memory (bare gateway, VmRSS)\n\n${memoryLines(mem, IDLE_CONNS)}\n`;
   if (protocolTargets.length > 0) {
     md += `\n## TLS and HTTP/2 (gateway "protocols", each protocol vs its HTTP/1.1 cleartext listener)\n\n${protocolTable(results, protocolTargets)}\n\n` +
       `${protocolSummary(results.get(CASES[0]!.name)!, protocolTargets)}\n`;
