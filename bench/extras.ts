@@ -7,23 +7,12 @@
 import type { ChildProcess } from 'node:child_process';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
-import { connect, createServer, type Socket } from 'node:net';
+import { connect, type Socket } from 'node:net';
+import { freePort } from '../test/support/haproxy.ts';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 
 // --- HAProxy ------------------------------------------------------------------------------------
-
-/** A free TCP port on 127.0.0.1 (listen on 0, close, reuse the number). */
-function freePort(): Promise<number> {
-  return new Promise((done, fail) => {
-    const srv = createServer();
-    srv.once('error', fail);
-    srv.listen(0, '127.0.0.1', () => {
-      const { port } = srv.address() as { port: number };
-      srv.close(() => done(port));
-    });
-  });
-}
 
 /** Resolves once something accepts TCP connections on 127.0.0.1:`port`. */
 async function waitForPort(port: number, child: ChildProcess, stderr: () => string): Promise<void> {
