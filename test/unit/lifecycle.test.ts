@@ -348,15 +348,28 @@ describe('L3 retiring connections', () => {
     assert.equal(b, 0);
   });
 
-  test("L3: a connection whose response finishes during the drain is ended ('drain_retired')", () => {
+  test('L3: an HTTP/1.1 connection whose response began before the drain is not closed under its client; its next response closes it, and the listeners closing end it', () => {
     const t = setup({ minDrainSecs: 30 });
     const { socket, connection } = t.active();
     void t.lifecycle.drain('SIGTERM');
     t.advanceSecs(1);
     t.lifecycle.requestFinished(connection);
-    assert.equal(socket.closedBy, 'end', 'ended gracefully (FIN after writes), not destroyed');
-    assert.equal(connection.closeReason, 'drain_retired');
+    assert.equal(socket.destroyed, false, 'a pooled client may be sending its next request right now');
+    assert.equal(connection.retiring, true, 'its next response carries Connection: close');
+    t.advanceSecs(30);
+    assert.equal(socket.closedBy, 'end', 'ended gracefully once the listeners close');
     assert.equal(t.lifecycle.connections.size, 0);
+  });
+
+  test("L3: an HTTP/2 connection whose last stream finishes during the drain is ended with its GOAWAY ('drain_retired')", () => {
+    const t = setup({ minDrainSecs: 30 });
+    const { connection } = t.active();
+    let goodbyes = 0;
+    connection.gracefulClose = () => goodbyes++;
+    void t.lifecycle.drain('SIGTERM');
+    t.lifecycle.requestFinished(connection);
+    assert.equal(goodbyes, 1);
+    assert.equal(connection.closeReason, 'drain_retired');
   });
 
   test('L3: a response finishing while serving keeps its connection open (idle)', () => {
@@ -375,9 +388,10 @@ describe('L3 retiring connections', () => {
     t.lifecycle.requestFinished(connection);
     assert.equal(socket.destroyed, false);
     assert.equal(connection.state, 'active');
+    assert.equal(connection.retiring, false);
     t.lifecycle.requestFinished(connection);
-    assert.equal(connection.closeReason, 'drain_retired');
-    assert.equal(socket.closedBy, 'end');
+    assert.equal(connection.retiring, true, 'retired after the second');
+    assert.equal(socket.destroyed, false);
   });
 
   test('L3: an idle keep-alive connection that sends a request during the window is retired after it', () => {
@@ -388,7 +402,7 @@ describe('L3 retiring connections', () => {
     assert.equal(socket.destroyed, false, 'idle connections stay during the window');
     t.lifecycle.requestStarted(connection);
     t.lifecycle.requestFinished(connection);
-    assert.equal(connection.closeReason, 'drain_retired');
+    assert.equal(connection.retiring, true);
   });
 });
 
