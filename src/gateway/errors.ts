@@ -47,7 +47,6 @@ export const errors = {
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
-  clientBodyTimeout: () => new GatewayError(408, 'invalid_request_error', 'request_timeout', 'request body was not received in time'),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
 } as const;
 

@@ -25,8 +25,6 @@ export class ExchangeContext {
   /** Stable error code when the request failed (access log `error`). */
   errorCode = '';
   usage: Usage | undefined = undefined;
-  /** True for /livez and /readyz, which are left out of drain logs (O1). */
-  healthProbe = false;
 
   constructor(req: IncomingMessage, listener: string, connection: TrackedConnection | undefined) {
     this.req = req;

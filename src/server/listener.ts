@@ -156,10 +156,6 @@ export class Listener {
     return this.#generation.protocols;
   }
 
-  get config(): ListenerConfig {
-    return this.#generation.config;
-  }
-
   /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
     if (req.httpVersionMajor !== 2) return this.#lifecycle.connections.get(req.socket);

@@ -90,7 +90,6 @@ export function createRequestHandler(services: RequestServices) {
     res.once('close', () => finished(ctx));
     const path = pathOf(req.url);
     if (path === '/livez' || path === '/readyz') {
-      ctx.healthProbe = true;
       ctx.endpoint = path.slice(1);
       metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
       const answer = path === '/livez' ? liveness() : readiness(services.healthChecks(), hasQueryKey(req.url, 'verbose'));
