@@ -59,11 +59,19 @@ export interface LifecycleLog {
   warn(fields: object, message: string): void;
 }
 
+/** A command given to the lifecycle, as other processes must hear it (workers follow their supervisor). */
+export type LifecycleCommand =
+  | { kind: 'drain'; trigger: string; options: DrainOptions }
+  | { kind: 'force'; reason: string }
+  | { kind: 'healthcheck'; failed: boolean };
+
 export interface LifecycleHooks {
   /** Stops accepting new connections on the listeners `include` selects, or all (existing ones stay). */
   stopAccepting(include?: (listener: string) => boolean): void;
   /** Final work before exit (L9): close upstream pools, flush logs. */
   shutdown(): Promise<void>;
+  /** Told of every drain, force and health-check change, after it took effect here. */
+  commanded?(command: LifecycleCommand): void;
 }
 
 export interface DrainSettings {
@@ -91,6 +99,8 @@ export class Lifecycle implements DrainDecision {
   readonly connections: ConnectionTracker;
   #state: LifecycleState = 'starting';
   #inFlight = 0;
+  /** Work outside this process that the drain waits for (worker processes). */
+  #holds = 0;
   #settings: DrainSettings;
   readonly #clock: Clock;
   readonly #log: LifecycleLog;
@@ -189,6 +199,7 @@ export class Lifecycle implements DrainDecision {
     this.#healthFailed = true;
     this.#log.info({ event: 'healthcheck_failed', in_flight: this.#inFlight, open_connections: this.connections.size }, 'health check failed by the admin API');
     for (const { listener, callback } of this.#retireCallbacks) if (this.#scopes.get(listener)?.drainType !== 'modify_only') callback();
+    this.#hooks.commanded?.({ kind: 'healthcheck', failed: true });
     return true;
   }
 
@@ -197,6 +208,7 @@ export class Lifecycle implements DrainDecision {
     if (!this.#healthFailed) return false;
     this.#healthFailed = false;
     this.#log.info({ event: 'healthcheck_ok' }, 'health check restored by the admin API');
+    this.#hooks.commanded?.({ kind: 'healthcheck', failed: false });
     return true;
   }
 
@@ -301,6 +313,21 @@ export class Lifecycle implements DrainDecision {
     this.#check();
   }
 
+  /**
+   * Work outside this process that a drain waits for as it waits for requests: the supervisor of
+   * worker processes holds one per living worker. Returns the release (idempotent).
+   */
+  hold(): () => void {
+    this.#holds++;
+    let released = false;
+    return () => {
+      if (released) return;
+      released = true;
+      this.#holds--;
+      this.#check();
+    };
+  }
+
   /** Registers a stream that must end with an explicit error if the drain is forced (L8). */
   trackForceEndable(stream: ForceEndable): () => void {
     this.#forceEndables.add(stream);
@@ -316,6 +343,7 @@ export class Lifecycle implements DrainDecision {
     const graceful = options.graceful ?? true;
     const inboundOnly = options.inboundOnly ?? false;
     const exit = options.exit ?? true;
+    if (this.#state !== 'exited') this.#hooks.commanded?.({ kind: 'drain', trigger, options });
     if (this.#plan) {
       this.#widen(trigger, inboundOnly, exit);
       return this.#done;
@@ -437,6 +465,7 @@ export class Lifecycle implements DrainDecision {
     if (this.#state === 'exited' || this.#forced) return;
     this.#forced = reason;
     this.#log.warn({ event: 'drain_forced', reason, in_flight: this.#inFlight, open_connections: this.connections.size }, 'drain forced');
+    this.#hooks.commanded?.({ kind: 'force', reason });
     if (!this.#plan) void this.drain(reason);
     else this.#plan.exit = true;
     if (this.#state === 'draining') this.#closeListeners();
@@ -465,8 +494,9 @@ export class Lifecycle implements DrainDecision {
   }
 
   #check(): void {
-    if (this.#state === 'draining' && this.#plan?.exit && this.#windowElapsed && this.#inFlight === 0) this.#closeListeners();
-    if (this.#state === 'closing' && this.#inFlight === 0 && this.connections.size === 0) this.#finish();
+    const idle = this.#inFlight === 0 && this.#holds === 0;
+    if (this.#state === 'draining' && this.#plan?.exit && this.#windowElapsed && idle) this.#closeListeners();
+    if (this.#state === 'closing' && idle && this.connections.size === 0) this.#finish();
   }
 
   /** L5/L6: the window is over and nothing is in flight: stop accepting, close idle connections. */

@@ -7,7 +7,7 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
-import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleHooks } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand, type LifecycleHooks } from '../../src/lifecycle/lifecycle.ts';
 import type { TrackedConnection } from '../../src/lifecycle/connections.ts';
 
 /** A socket as far as the lifecycle can tell: it closes (emits 'close') when destroyed. */
@@ -110,7 +110,10 @@ function watch<T>(promise: Promise<T>): { settled: boolean; value: T | undefined
   return state;
 }
 
-function setup(settings: Partial<DrainSettings> = {}, options: { shutdown?: () => Promise<void>; serving?: boolean } = {}) {
+function setup(
+  settings: Partial<DrainSettings> = {},
+  options: { shutdown?: () => Promise<void>; serving?: boolean; commanded?: LifecycleHooks['commanded'] } = {},
+) {
   const clock = new ManualClock();
   const logs: LogLine[] = [];
   /** Everything that happens, in order: log events, hook calls, socket closes. */
@@ -128,6 +131,7 @@ function setup(settings: Partial<DrainSettings> = {}, options: { shutdown?: () =
       order.push('shutdown');
       return options.shutdown ? options.shutdown() : Promise.resolve();
     },
+    commanded: options.commanded,
   };
   const record = (level: LogLine['level']) => (fields: object, message: string) => {
     const line = { level, fields: fields as Record<string, unknown>, message };
@@ -984,6 +988,44 @@ describe('phase order', () => {
       'log:process_exit',
       'shutdown',
       'resolved:0',
+    ]);
+  });
+});
+
+describe('a supervisor of worker processes', () => {
+  test('a hold keeps the drain open like a request: the listeners close and the process exits only once every hold is released', async () => {
+    const t = setup({ minDrainSecs: 1 });
+    const releaseA = t.lifecycle.hold();
+    const releaseB = t.lifecycle.hold();
+    const done = watch(t.lifecycle.drain('SIGTERM'));
+    t.advanceSecs(5);
+    assert.equal(t.lifecycle.state, 'draining');
+    assert.equal(t.stopAcceptingCalls, 0);
+    releaseA();
+    releaseA(); // idempotent: one hold is released once
+    assert.equal(t.lifecycle.state, 'draining');
+    releaseB();
+    assert.equal(t.stopAcceptingCalls, 1);
+    await settle();
+    assert.equal(done.value, 0);
+    assert.equal(t.lifecycle.inFlight, 0, 'holds are not requests');
+  });
+
+  test('every drain, force and health-check change is passed to the commanded hook, with its options', () => {
+    const commands: LifecycleCommand[] = [];
+    const t = setup({ minDrainSecs: 30 }, { commanded: (c) => commands.push(c) });
+    assert.equal(t.lifecycle.failHealthCheck(), true);
+    assert.equal(t.lifecycle.failHealthCheck(), false); // no change, nothing passed on
+    t.lifecycle.restoreHealthCheck();
+    void t.lifecycle.drain('admin:/drain_listeners', { graceful: true, exit: false, windowSecs: 2 });
+    void t.lifecycle.drain('SIGTERM');
+    t.lifecycle.force('second SIGTERM');
+    assert.deepEqual(commands, [
+      { kind: 'healthcheck', failed: true },
+      { kind: 'healthcheck', failed: false },
+      { kind: 'drain', trigger: 'admin:/drain_listeners', options: { graceful: true, exit: false, windowSecs: 2 } },
+      { kind: 'drain', trigger: 'SIGTERM', options: {} },
+      { kind: 'force', reason: 'second SIGTERM' },
     ]);
   });
 });
