@@ -1,11 +1,15 @@
 #!/usr/bin/env node
 // The `sluice` command: parse arguments, load the config, start the gateway, wire the signals.
+import cluster from 'node:cluster';
+import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
 import { ConfigError, loadConfigFile, loadDefaultConfig } from './config/load.ts';
-import type { Config } from './config/schema.ts';
+import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
-import { startGateway } from './app.ts';
+import { startGateway, type RunningGateway } from './app.ts';
+import { WorkerGroup } from './cluster/worker-group.ts';
+import { runWorker } from './cluster/worker.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -18,7 +22,8 @@ Usage:
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
 proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
-Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once.
+Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once; SIGHUP reloads
+the config. With workers > 1, signal the supervisor (the process started); workers follow it.
 Docs: docs/configuration.md
 `;
 
@@ -63,7 +68,7 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === 'validate') {
     process.stdout.write(
-      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys\n`,
+      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys, ${workerCount(config, availableParallelism())} workers\n`,
     );
     return 0;
   }
@@ -73,9 +78,14 @@ async function main(argv: string[]): Promise<number> {
 async function serve(config: Config, file: string | undefined): Promise<number> {
   const loggers = createLoggers({ level: config.log.level });
   const logger = loggers.events;
-  let gateway;
+  const count = workerCount(config, availableParallelism());
+  let gateway: RunningGateway;
+  let workers: WorkerGroup | undefined;
   try {
-    gateway = await startGateway(config, loggers, version);
+    if (count > 1) {
+      workers = new WorkerGroup({ count, log: logger });
+    }
+    gateway = await startGateway(config, loggers, version, { workers });
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
     flushLogger(logger);
@@ -83,8 +93,9 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
   }
   const started = gateway;
   return new Promise<number>((resolve) => {
-    // A drain that exits may come from a signal or from the admin API.
-    started.lifecycle.done.then(resolve, () => resolve(1));
+    // A drain that exits may come from a signal or from the admin API. A group exits 0 only if
+    // every worker did.
+    started.lifecycle.done.then((code) => resolve(code || (workers?.exitCode ?? 0)), () => resolve(1));
     let signalled = false;
     const onSignal = (signal: NodeJS.Signals) => {
       if (signalled) started.force(`second ${signal}`);
@@ -127,7 +138,7 @@ process.on('uncaughtException', (error) => {
   process.exit(70);
 });
 
-main(process.argv.slice(2)).then(
+(cluster.isWorker ? runWorker(version) : main(process.argv.slice(2))).then(
   (code) => process.exit(code),
   (error: unknown) => {
     process.stderr.write(`sluice: ${(error as Error).stack ?? String(error)}\n`);

@@ -14,12 +14,14 @@ export interface AdminEnvironment {
   readonly metrics: Metrics;
   readonly lifecycle: Lifecycle;
   readonly version: string;
-  readonly startedAt: number;
   /** The admin token, if any (compared as SHA-256 digests in constant time). */
   readonly token: string | undefined;
   /** How long a graceful admin drain keeps accepting. */
   readonly drainTimeSecs: number;
-  listeners(): { name: string; role: string; address: string; accepting: boolean; tls: boolean; protocols: readonly string[] }[];
+  /** The process's (or, under a supervisor, the whole group's) state for GET /server_info. */
+  serverInfo(): Promise<object>;
+  /** The Prometheus exposition (summed across the group under a supervisor). */
+  renderMetrics(): Promise<string>;
 }
 
 const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
@@ -57,7 +59,7 @@ export class AdminRoutes implements RouteTable {
       case '/openapi.json':
         return sendJson(ctx, lifecycle, 200, this.#openApi);
       case '/server_info':
-        return sendJson(ctx, lifecycle, 200, JSON.stringify(this.#serverInfo()));
+        return this.#async(ctx, this.#env.serverInfo().then((info) => ({ type: 'application/json', body: JSON.stringify(info) })));
       case '/healthcheck/fail':
         lifecycle.failHealthCheck();
         return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'healthcheck_failed' }));
@@ -87,31 +89,23 @@ export class AdminRoutes implements RouteTable {
     return match !== null && timingSafeEqual(digest(match[1]!), this.#tokenDigest);
   }
 
-  #serverInfo(): object {
-    const { lifecycle } = this.#env;
-    return {
-      version: this.#env.version,
-      state: lifecycle.state,
-      ready: lifecycle.ready(),
-      healthcheck_failed: lifecycle.healthCheckFailed,
-      uptime_secs: Math.round((Date.now() - this.#env.startedAt) / 1000),
-      in_flight: lifecycle.inFlight,
-      open_connections: lifecycle.connections.size,
-      connections: lifecycle.connections.counts(),
-      drain: lifecycle.drainInfo() ?? null,
-      listeners: this.#env.listeners(),
-    };
+  #metrics(ctx: RequestContext): void {
+    const type = this.#env.metrics.registry.contentType;
+    this.#async(ctx, this.#env.renderMetrics().then((body) => ({ type, body })));
   }
 
-  #metrics(ctx: RequestContext): void {
-    const { metrics, lifecycle } = this.#env;
-    metrics.render().then(
-      (text) => {
+  /** Answers 200 with what `answer` resolves to, or 500 if it fails, unless the client left. */
+  #async(ctx: RequestContext, answer: Promise<{ type: string; body: string }>): void {
+    const { lifecycle } = this.#env;
+    answer.then(
+      ({ type, body }) => {
         if (ctx.res.headersSent || ctx.res.writableEnded) return;
-        writeHead(ctx, lifecycle, 200, { 'content-type': metrics.registry.contentType, 'content-length': Buffer.byteLength(text) });
-        ctx.res.end(text);
+        writeHead(ctx, lifecycle, 200, { 'content-type': type, 'content-length': Buffer.byteLength(body) });
+        ctx.res.end(body);
       },
-      () => sendError(ctx, lifecycle, errors.internal()),
+      () => {
+        if (!ctx.res.headersSent && !ctx.res.writableEnded) sendError(ctx, lifecycle, errors.internal());
+      },
     );
   }
 }

@@ -2,6 +2,7 @@
 // routes the common OpenAI / Anthropic model names when OPENAI_API_KEY / ANTHROPIC_API_KEY are set.
 
 const BASE = `# Sluice embedded default configuration
+workers: "\${SLUICE_WORKERS:-auto}"
 listeners:
   - { name: proxy, address: "\${SLUICE_PROXY_ADDRESS:-127.0.0.1:8080}", role: proxy }
   - { name: admin, address: "\${SLUICE_ADMIN_ADDRESS:-127.0.0.1:9901}", role: admin }

@@ -112,7 +112,7 @@ const downstream = z.strictObject({
   request_timeout_secs: seconds.default(300),
   /** L4: time between an HTTP/2 session's GOAWAY notice and its final GOAWAY. */
   drain_timeout_secs: seconds.default(5),
-  /** Open downstream connections allowed across all listeners (0 = no limit); more are closed at once. */
+  /** Open downstream connections allowed per process (each worker) across its listeners (0 = no limit); more are closed at once. */
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
@@ -136,8 +136,16 @@ const log = z.strictObject({
   access_log: fromEnv(z.boolean()).default(true),
 });
 
+/**
+ * Processes serving the proxy listeners: `auto` (the default) is one per CPU Node may use
+ * (os.availableParallelism()); 1 runs everything in one process, with no supervisor.
+ */
+const WORKERS = 'expected "auto" or a whole number of worker processes from 1 to 256';
+const workers = fromEnv(z.union([z.literal('auto'), z.number().int(WORKERS).min(1, WORKERS).max(256, WORKERS)], { error: WORKERS })).default('auto');
+
 export const configSchema = z
   .strictObject({
+    workers,
     listeners: z.array(listener).min(1, 'expected at least one listener'),
     providers: z.array(provider).default([]),
     models: z.array(model).default([]),
@@ -225,6 +233,11 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
 }
 
 export type Config = z.infer<typeof configSchema>;
+
+/** How many worker processes `workers` asks for on a machine offering `cpus` CPUs. */
+export function workerCount(config: Pick<Config, 'workers'>, cpus: number): number {
+  return config.workers === 'auto' ? Math.max(1, cpus) : config.workers;
+}
 export type ListenerConfig = Config['listeners'][number];
 export type TlsConfig = NonNullable<ListenerConfig['tls']>;
 export type Protocol = 'http1' | 'h2';

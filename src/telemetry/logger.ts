@@ -8,6 +8,8 @@ export interface LoggerOptions {
   level: string;
   /** Defaults to stdout; tests may pass another file descriptor. */
   fd?: number;
+  /** In a worker process: its slot, added to every line; and writes stay whole lines of at most PIPE_BUF bytes. */
+  worker?: number;
 }
 
 export interface Loggers {
@@ -20,9 +22,20 @@ export interface Loggers {
 /** Lines are written in batches of this size, and at least every FLUSH_MS. */
 const BATCH_BYTES = 16 * 1024 - 1;
 const FLUSH_MS = 100;
+/**
+ * Workers share stdout: a write of at most PIPE_BUF (4096) bytes to a pipe is never interleaved
+ * with another process's, and sonic-boom cuts its writes between lines, so no line is torn.
+ */
+const SHARED_WRITE_BYTES = 4096;
 
 export function createLoggers(options: LoggerOptions): Loggers {
-  const destination = pino.destination({ fd: options.fd ?? 1, sync: false, minLength: BATCH_BYTES });
+  const shared = options.worker !== undefined;
+  const destination = pino.destination({
+    fd: options.fd ?? 1,
+    sync: false,
+    minLength: shared ? SHARED_WRITE_BYTES - 1 : BATCH_BYTES,
+    ...(shared ? { maxWrite: SHARED_WRITE_BYTES } : {}),
+  });
   // Batching must not hold a quiet gateway's lines back for long.
   setInterval(() => {
     try {
@@ -33,7 +46,7 @@ export function createLoggers(options: LoggerOptions): Loggers {
   }, FLUSH_MS).unref();
   const common: PinoOptions = {
     level: options.level,
-    base: { pid: process.pid },
+    base: shared ? { pid: process.pid, worker: options.worker } : { pid: process.pid },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
   };

@@ -1,6 +1,9 @@
 // Prometheus metrics. Gauges that describe state (connections, draining) are read at scrape time
 // from their owners, so the hot path pays nothing for them.
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type MetricObjectWithValues, type MetricValue } from 'prom-client';
+
+/** One process's metrics as JSON (what a worker sends its supervisor). */
+export type MetricsJson = MetricObjectWithValues<MetricValue<string>>[];
 
 export interface ConnectionCounts {
   listener: string;
@@ -12,7 +15,9 @@ export interface StateSources {
   connections(): ConnectionCounts[];
   draining(): boolean;
   drainDurationSeconds(): number;
-  configReloadFailed?(): boolean;
+  /** The supervisor of `workers: N`: its workers by state. */
+  workers?(): { state: string; count: number }[];
+  workerRestarts?(): number;
 }
 
 export class Metrics {
@@ -85,11 +90,14 @@ export class Metrics {
       help: 'Configuration reloads by result (success, failure).',
       labelNames: ['result'],
       registers,
+      // Every process of a group counts the same reloads.
+      aggregator: 'max',
     });
     this.configLastReloadSuccessful = new Gauge({
       name: 'sluice_config_last_reload_successful',
       help: '1 when the last configuration reload succeeded (or none was tried), 0 when it was rejected.',
       registers,
+      aggregator: 'min',
     });
     this.configLastReloadSuccessful.set(1);
     new Gauge({
@@ -104,8 +112,9 @@ export class Metrics {
     });
     new Gauge({
       name: 'sluice_draining',
-      help: '1 while the process is draining, else 0.',
+      help: '1 while the process (or any process of the group) is draining, else 0.',
       registers,
+      aggregator: 'max',
       collect() {
         this.set(sources.draining() ? 1 : 0);
       },
@@ -114,13 +123,45 @@ export class Metrics {
       name: 'sluice_drain_duration_seconds',
       help: 'Seconds since the drain began (0 when not draining).',
       registers,
+      aggregator: 'max',
       collect() {
         this.set(sources.drainDurationSeconds());
       },
     });
+    if (sources.workers) {
+      const workers = sources.workers;
+      new Gauge({
+        name: 'sluice_workers',
+        help: 'Worker processes by state (starting, ready, restarting, exited).',
+        labelNames: ['state'],
+        registers,
+        collect() {
+          this.reset();
+          for (const w of workers()) this.set({ state: w.state }, w.count);
+        },
+      });
+    }
+    if (sources.workerRestarts) {
+      const restarts = sources.workerRestarts;
+      new Gauge({
+        name: 'sluice_worker_restarts',
+        help: 'Worker processes restarted after dying while serving, since the start.',
+        registers,
+        collect() {
+          this.set(restarts());
+        },
+      });
+    }
   }
 
-  async render(): Promise<string> {
-    return this.registry.metrics();
+  /** The text exposition; with `others` (workers' metrics), counters and gauges are summed across the group. */
+  async render(others: MetricsJson[] = []): Promise<string> {
+    if (others.length === 0) return this.registry.metrics();
+    const own = (await this.registry.getMetricsAsJSON()) as MetricsJson;
+    return AggregatorRegistry.aggregate([own, ...others]).metrics();
+  }
+
+  json(): Promise<MetricsJson> {
+    return this.registry.getMetricsAsJSON() as Promise<MetricsJson>;
   }
 }

@@ -55,7 +55,8 @@ export function defaultListeners(): Record<string, unknown>[] {
 export function writeConfig(config: Record<string, unknown> | string): string {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-test-'));
   const file = join(dir, 'sluice.yaml');
-  const text = typeof config === 'string' ? config : stringify({ listeners: defaultListeners(), ...config });
+  // One process unless a test asks for workers: most tests are about one process's behaviour.
+  const text = typeof config === 'string' ? config : stringify({ workers: 1, listeners: defaultListeners(), ...config });
   writeFileSync(file, text);
   return file;
 }
@@ -65,7 +66,8 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
   const args = [MAIN, ...(options.args ?? (options.useDefault ? [] : ['--config', configFile]))];
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
-    env: { ...process.env, SLUICE_CONFIG: '', ...options.env },
+    // The embedded default runs one worker per CPU: two, whatever the machine, keeps tests alike.
+    env: { ...process.env, SLUICE_CONFIG: '', SLUICE_WORKERS: '2', ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   running.add(child);

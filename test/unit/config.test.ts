@@ -7,7 +7,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ConfigError, formatPath, loadConfigFile, loadDefaultConfig, parseConfig, type ConfigProblem } from '../../src/config/load.ts';
-import { configSchema, listenerProtocols, parseAddress } from '../../src/config/schema.ts';
+import { configSchema, listenerProtocols, parseAddress, workerCount } from '../../src/config/schema.ts';
 import { interpolate, type MissingVariable } from '../../src/config/interpolate.ts';
 import { defaultConfigText } from '../../src/config/default.ts';
 
@@ -47,6 +47,7 @@ describe('defaults', () => {
   test('a config with only a proxy listener gets every default filled in', () => {
     const config = parseConfig(PROXY, 'test.yaml', {});
     assert.deepEqual(config, {
+      workers: 'auto',
       listeners: [{ name: 'proxy', address: '127.0.0.1:8080', role: 'proxy', drain_type: 'default', direction: 'inbound' }],
       providers: [],
       models: [],
@@ -577,5 +578,31 @@ describe('admin listener exposure', () => {
     for (const host of ['127.0.0.1', '[::1]', 'localhost', '127.0.0.2']) {
       assert.doesNotThrow(() => parseConfig(`listeners:\n  - { name: p, address: "0.0.0.0:8080", role: proxy }\n  - { name: a, address: "${host}:9901", role: admin }\n`, 'test', {}), host);
     }
+  });
+});
+
+describe('workers', () => {
+  test('defaults to auto: one worker per CPU Node may use, at least one', () => {
+    const config = parseConfig(PROXY, 'test.yaml', {});
+    assert.equal(config.workers, 'auto');
+    assert.equal(workerCount(config, 8), 8);
+    assert.equal(workerCount(config, 0), 1);
+    assert.equal(workerCount(parseConfig(`workers: 3\n${PROXY}`, 'test.yaml', {}), 8), 3);
+  });
+
+  test('takes a number from the environment, and names the key when it is wrong', () => {
+    assert.equal(parseConfig(`workers: "\${W}"\n${PROXY}`, 'test.yaml', { W: '2' }).workers, 2);
+    assert.equal(parseConfig(`workers: "\${W:-auto}"\n${PROXY}`, 'test.yaml', {}).workers, 'auto');
+    for (const bad of ['0', '1.5', 'many', '1000']) {
+      const problems = problemsOf(`workers: ${bad}\n${PROXY}`);
+      assert.equal(problems.length, 1, bad);
+      assert.equal(problems[0]!.path, 'workers');
+      assert.match(problems[0]!.message, /"auto" or a whole number of worker processes from 1 to 256/);
+    }
+  });
+
+  test('the embedded default reads SLUICE_WORKERS', () => {
+    assert.equal(loadDefaultConfig({ SLUICE_WORKERS: '4' }).workers, 4);
+    assert.equal(loadDefaultConfig({}).workers, 'auto');
   });
 });

@@ -1,0 +1,288 @@
+// The supervisor's side of `workers: N`: forks one worker process per slot, sends each the config
+// and every lifecycle command, restarts a worker that dies while serving, answers queries across
+// the group, and holds the supervisor's drain open while any worker lives.
+import cluster, { type Worker } from 'node:cluster';
+import type { Config } from '../config/schema.ts';
+import type { LifecycleCommand } from '../lifecycle/lifecycle.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ToWorker } from './messages.ts';
+
+export interface BoundListener {
+  name: string;
+  role: string;
+  /** host:port as bound. */
+  address: string;
+}
+
+export type WorkerState = 'starting' | 'ready' | 'restarting' | 'exited';
+
+export interface WorkerReply<T> {
+  slot: number;
+  pid: number | undefined;
+  state: WorkerState;
+  /** Undefined when the worker did not answer in time (or is not running). */
+  value: T | undefined;
+}
+
+export interface WorkerGroupOptions {
+  count: number;
+  log: Logger;
+}
+
+/** What the group needs of the supervisor's lifecycle. */
+export interface Supervisor {
+  /** Keeps the supervisor's drain open while a worker lives. */
+  hold(): () => void;
+}
+
+/** How long a query waits for a worker's answer. */
+const QUERY_TIMEOUT_MS = 1000;
+/** Restart delays after a worker dies while serving: doubling from the first, up to the last. */
+const RESTART_DELAY_MS = { first: 500, max: 30_000 };
+
+interface Slot {
+  readonly index: number;
+  worker: Worker | undefined;
+  state: WorkerState;
+  release: (() => void) | undefined;
+  restarts: number;
+  /** Consecutive deaths without reaching ready, for the restart back-off. */
+  failures: number;
+  restartTimer: NodeJS.Timeout | undefined;
+  exitCode: number | null;
+}
+
+export class WorkerGroup {
+  readonly #options: WorkerGroupOptions;
+  readonly #slots: Slot[];
+  #config: Config | undefined;
+  #supervisor: Supervisor | undefined;
+  #healthCheckFailed = false;
+  #nextQuery = 0;
+  readonly #queries = new Map<number, (slot: number, value: unknown) => void>();
+  #starting: { resolve: (listeners: BoundListener[]) => void; reject: (error: Error) => void } | undefined;
+  #worstExitCode = 0;
+  /** Set by the first drain or force: from then on a worker that exits is not restarted. */
+  #stopping = false;
+  #allExited: (() => void) | undefined;
+
+  constructor(options: WorkerGroupOptions) {
+    this.#options = options;
+    this.#slots = Array.from({ length: options.count }, (_, i) => ({
+      index: i + 1,
+      worker: undefined,
+      state: 'exited' as WorkerState,
+      release: undefined,
+      restarts: 0,
+      failures: 0,
+      restartTimer: undefined,
+      exitCode: null,
+    }));
+    cluster.setupPrimary({ serialization: 'advanced' });
+  }
+
+  get size(): number {
+    return this.#slots.length;
+  }
+
+  /** Every slot has a worker that is serving. */
+  allReady(): boolean {
+    return this.#slots.every((s) => s.state === 'ready');
+  }
+
+  /** Workers by state, for the metrics. */
+  counts(): { state: WorkerState; count: number }[] {
+    const counts = new Map<WorkerState, number>();
+    for (const slot of this.#slots) counts.set(slot.state, (counts.get(slot.state) ?? 0) + 1);
+    return [...counts].map(([state, count]) => ({ state, count }));
+  }
+
+  restarts(): number {
+    return this.#slots.reduce((sum, s) => sum + s.restarts, 0);
+  }
+
+  /** 0 when every worker that ended during the drain exited 0, else the first other code (or 1). */
+  get exitCode(): number {
+    return this.#worstExitCode;
+  }
+
+  /**
+   * Forks every worker; resolves once all serve, with where the listeners they share listen.
+   * Rejects (and stops the others) if one cannot start.
+   */
+  start(config: Config, supervisor: Supervisor): Promise<BoundListener[]> {
+    this.#config = config;
+    this.#supervisor = supervisor;
+    const started = new Promise<BoundListener[]>((resolve, reject) => (this.#starting = { resolve, reject }));
+    for (const slot of this.#slots) this.#fork(slot);
+    return started.catch((error: unknown) => {
+      this.kill();
+      throw error;
+    });
+  }
+
+  /** Passes a drain, force or health-check change on to every worker. */
+  command(command: LifecycleCommand): void {
+    if (command.kind === 'healthcheck') this.#healthCheckFailed = command.failed;
+    if (command.kind !== 'healthcheck') this.#stop();
+    this.#broadcast({ type: 'command', command });
+  }
+
+  /** E6: every worker applies the new config (the supervisor validated it first). */
+  reload(config: Config, trigger: string): void {
+    this.#config = config;
+    this.#broadcast({ type: 'reload', config, trigger });
+  }
+
+  /** Asks every running worker; a worker that does not answer in time has `value: undefined`. */
+  query<T>(kind: QueryKind): Promise<WorkerReply<T>[]> {
+    const replies = new Map<number, unknown>();
+    const asked = this.#slots.filter((s) => s.worker && s.worker.isConnected() && (s.state === 'ready' || s.state === 'starting'));
+    const id = this.#nextQuery++;
+    return new Promise<WorkerReply<T>[]>((resolve) => {
+      const finish = () => {
+        clearTimeout(timer);
+        this.#queries.delete(id);
+        resolve(
+          this.#slots.map((s) => ({ slot: s.index, pid: s.worker?.process.pid, state: s.state, value: replies.get(s.index) as T | undefined })),
+        );
+      };
+      const timer = setTimeout(finish, QUERY_TIMEOUT_MS);
+      this.#queries.set(id, (slot, value) => {
+        replies.set(slot, value);
+        if (asked.every((s) => replies.has(s.index))) finish();
+      });
+      if (asked.length === 0) return finish();
+      for (const slot of asked) this.#send(slot, { type: 'query', id, kind });
+    });
+  }
+
+  /** Resolves once no worker runs; workers still running after `killAfterMs` are killed. */
+  stopped(killAfterMs: number): Promise<void> {
+    this.#stop();
+    if (this.#slots.every((s) => !s.worker)) return Promise.resolve();
+    const timer = setTimeout(() => this.kill(), killAfterMs);
+    return new Promise<void>((resolve) => {
+      this.#allExited = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+    });
+  }
+
+  /** Ends every worker at once (SIGKILL): for a failed start and for stragglers. */
+  kill(): void {
+    this.#stop();
+    for (const slot of this.#slots) slot.worker?.process.kill('SIGKILL');
+  }
+
+  #stop(): void {
+    this.#stopping = true;
+    for (const slot of this.#slots) this.#cancelRestart(slot);
+    this.#checkAllExited();
+  }
+
+  #fork(slot: Slot): void {
+    const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot.index) });
+    slot.worker = worker;
+    slot.state = 'starting';
+    slot.exitCode = null;
+    slot.release = this.#supervisor!.hold();
+    worker.on('message', (message: unknown) => {
+      if (isMessage<FromWorker>(message)) this.#received(slot, message);
+    });
+    // Sent at once (the IPC channel queues it), so it arrives before any later command.
+    this.#send(slot, { type: 'start', config: this.#config!, healthCheckFailed: this.#healthCheckFailed });
+    worker.on('exit', (code: number | null, signal: string | null) => this.#exited(slot, worker, code, signal));
+    // An IPC error (the worker went away mid-send) shows up as its exit; nothing else to do here.
+    worker.on('error', () => {});
+  }
+
+  #received(slot: Slot, message: FromWorker): void {
+    switch (message.type) {
+      case 'ready': {
+        slot.state = 'ready';
+        slot.failures = 0;
+        this.#options.log.info({ event: 'worker_ready', worker: slot.index, worker_pid: slot.worker?.process.pid }, `worker ${slot.index} ready`);
+        if (this.#starting && this.allReady()) {
+          this.#starting.resolve(message.listeners);
+          this.#starting = undefined;
+        }
+        return;
+      }
+      case 'start_failed':
+        if (this.#starting) {
+          this.#starting.reject(new Error(`worker ${slot.index} could not start: ${message.message}`));
+          this.#starting = undefined;
+        }
+        return;
+      case 'reply':
+        this.#queries.get(message.id)?.(slot.index, message.value);
+        return;
+    }
+  }
+
+  #exited(slot: Slot, worker: Worker, code: number | null, signal: string | null): void {
+    if (slot.worker !== worker) return;
+    const wasReady = slot.state === 'ready';
+    slot.worker = undefined;
+    slot.state = 'exited';
+    slot.exitCode = code;
+    slot.release?.();
+    slot.release = undefined;
+    const stopping = this.#stopping;
+    const clean = code === 0 && signal === null;
+    if (stopping) {
+      if (!clean && this.#worstExitCode === 0) this.#worstExitCode = code || 1;
+      this.#options.log.info({ event: 'worker_exited', worker: slot.index, worker_pid: worker.process.pid, exit_code: code, signal }, `worker ${slot.index} exited`);
+    } else if (this.#starting) {
+      this.#starting.reject(new Error(`worker ${slot.index} exited during start (code ${code}, signal ${signal})`));
+      this.#starting = undefined;
+    } else {
+      // Died while serving: the others carry the load, readiness fails until it is back.
+      slot.failures = wasReady ? 1 : slot.failures + 1;
+      const delay = Math.min(RESTART_DELAY_MS.max, RESTART_DELAY_MS.first * 2 ** (slot.failures - 1));
+      slot.state = 'restarting';
+      this.#options.log.error(
+        { event: 'worker_exited', worker: slot.index, worker_pid: worker.process.pid, exit_code: code, signal, restart_in_ms: delay },
+        `worker ${slot.index} died; restarting it`,
+      );
+      slot.restartTimer = setTimeout(() => {
+        slot.restartTimer = undefined;
+        if (this.#stopping) {
+          slot.state = 'exited';
+          return this.#checkAllExited();
+        }
+        slot.restarts++;
+        this.#fork(slot);
+      }, delay);
+      slot.restartTimer.unref();
+    }
+    this.#checkAllExited();
+  }
+
+  #cancelRestart(slot: Slot): void {
+    if (!slot.restartTimer) return;
+    clearTimeout(slot.restartTimer);
+    slot.restartTimer = undefined;
+    slot.state = 'exited';
+  }
+
+  #checkAllExited(): void {
+    if (this.#slots.every((s) => !s.worker && !s.restartTimer)) this.#allExited?.();
+  }
+
+  #broadcast(message: ToWorker): void {
+    for (const slot of this.#slots) this.#send(slot, message);
+  }
+
+  #send(slot: Slot, message: ToWorker): void {
+    const worker = slot.worker;
+    if (!worker || !worker.isConnected()) return;
+    try {
+      worker.send(message);
+    } catch {
+      // The channel closed under us: its exit event follows.
+    }
+  }
+}
