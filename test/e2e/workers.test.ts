@@ -172,7 +172,7 @@ test('the admin health-check override and a drain without exit reach every worke
       const list = await workersOf(gw);
       return list.every((w) => w.drain && w.drain.exit === false) ? list : undefined;
     }, 2000, 'every worker draining without exit');
-    assert.equal(workers.length, 2);
+    assert.equal(workers!.length, 2);
     // skip_exit: past the drain time everyone is still there, not ready, and still answers.
     await new Promise((r) => setTimeout(r, 1500));
     assert.equal(gw.child.exitCode, null);
@@ -201,8 +201,8 @@ test('a worker that dies while serving is restarted; the other keeps serving mea
       const list = await workersOf(gw);
       return list.every((w) => w.ready) ? list : undefined;
     }, 5000, 'both workers ready');
-    assert.equal(after.find((w) => w.worker === survivor!.worker)!.pid, survivor!.pid);
-    assert.notEqual(after.find((w) => w.worker === victim!.worker)!.pid, victim!.pid);
+    assert.equal(after!.find((w) => w.worker === survivor!.worker)!.pid, survivor!.pid);
+    assert.notEqual(after!.find((w) => w.worker === victim!.worker)!.pid, victim!.pid);
     assert.equal(metricValue(await scrape(gw), 'sluice_worker_restarts'), 1);
     assert.deepEqual(await statuses(`${gw.proxyUrl}/readyz`, 4), [200, 200, 200, 200]);
   } finally {
