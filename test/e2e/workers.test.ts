@@ -86,7 +86,7 @@ test('both workers serve the proxy listener; the admin listener reports and coun
       const seen = new Set(gw.logs.filter((l) => l.event === 'access' && l.listener === 'proxy').map((l) => l.worker));
       return seen.size === 2 ? seen : undefined;
     }, 5000, 'access lines from both workers');
-    assert.deepEqual([...served].sort(), [1, 2]);
+    assert.deepEqual([...served!].sort(), [1, 2]);
     const metrics = await scrape(gw);
     assert.equal(sumMetric(metrics, 'sluice_requests_total', (l) => l.endpoint === 'chat_completions' && l.status === '200'), 30);
     assert.equal(metricValue(metrics, 'sluice_workers', { state: 'ready' }), 2);
