@@ -13,7 +13,9 @@
 // divided by the requests completed. HAProxy (Debian's haproxy, one thread, pinned like the gateways) is
 // one more target when on PATH, as the reference C proxy. After the rounds: single-stream time to first
 // byte, and the bare gateway's RSS idle, with 10,000 idle connections and 1,000 slow streams (see
-// bench/extras.ts). Medians across rounds go to stdout and bench/results/latest.md.
+// bench/extras.ts). Last, scaling: an echo-model gateway at 1 and at N = CPUs workers, alternating rounds, unpinned
+// (bench/workers.ts). Medians across rounds go to stdout and bench/results/latest.md. Every gateway but the
+// scaling ones runs `workers: 1`, so its CPU is one process's.
 import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
@@ -25,6 +27,7 @@ import {
   type Protocol, type ProtocolTarget,
 } from './protocols.ts';
 import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss, type MemoryResult } from './extras.ts';
+import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -42,6 +45,9 @@ const H2LOAD_FOUND = onPath('h2load');
 const OPENSSL_FOUND = onPath('openssl'); // to make the TLS test certificates
 const HAPROXY_FOUND = onPath('haproxy');
 const TTFB_N = QUICK ? 100 : 300;
+const CPU_COUNT = availableParallelism();
+const ALL_CPUS = `0-${CPU_COUNT - 1}`;
+const SCALING = { threads: 2, connections: 64, cpu: ALL_CPUS };
 const IDLE_CONNS = 10_000;
 const SLOW_STREAMS = 1_000;
 
@@ -96,8 +102,8 @@ function launch(cpu: string, cmd: string, args: string[], env?: Record<string, s
 }
 
 /** Starts a server and resolves once `urlFrom` finds its URL in a stdout JSON line; stdout is drained after. */
-function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<Server> {
-  const child = launch('0', process.execPath, args);
+function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0'): Promise<Server> {
+  const child = launch(cpu, process.execPath, args);
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   return new Promise((done, fail) => {
@@ -134,6 +140,7 @@ function startMock(): Promise<Server> {
 async function startGateway(name: 'bare' | 'production' | 'protocols', mockUrl: string, extraListeners: { name: string; tls?: object }[] = []): Promise<Server> {
   const production = name === 'production';
   const config = {
+    workers: 1,
     listeners: [
       { name: 'proxy', address: '127.0.0.1:0', role: 'proxy' },
       ...extraListeners,
@@ -156,6 +163,25 @@ async function startGateway(name: 'bare' | 'production' | 'protocols', mockUrl: 
     return l.event === 'ready' ? urls.proxy : undefined;
   });
   return { ...server, urls };
+}
+
+/** A gateway of `workers` processes on every CPU, answering the bench model with the echo provider. */
+async function startScalingGateway(workers: number): Promise<Server> {
+  const config = {
+    workers,
+    listeners: [{ name: 'proxy', address: '127.0.0.1:0', role: 'proxy' }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }],
+    providers: [{ name: 'echo', type: 'echo' }],
+    models: [{ name: 'bench', provider: 'echo' }],
+    shutdown: { min_drain_secs: 0, max_drain_secs: 5 },
+    log: { level: 'info', access_log: false },
+  };
+  const file = join(TMP, `workers-${workers}.yaml`);
+  writeFileSync(file, stringify(config));
+  let url: string | undefined;
+  return startServer(`workers-${workers}`, ['dist/main.js', '--config', file], (l) => {
+    if (l.event === 'listener_started' && l.role === 'proxy') url = `http://${String(l.address)}`;
+    return l.event === 'ready' && l.worker === undefined ? url : undefined;
+  }, ALL_CPUS);
 }
 
 /** SIGTERM (so --cpu-prof writes its profile), SIGKILL after 10 s. */
@@ -209,10 +235,10 @@ function run(child: ChildProcess, timeoutMs: number): Promise<string> {
   });
 }
 
-async function wrk(target: Target, c: Case, seconds: number, luaFile: string): Promise<Load> {
-  const args = [`-t${S.threads}`, `-c${S.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, `${target.url}/v1/chat/completions`];
+async function wrk(target: Target, c: Case, seconds: number, luaFile: string, shape = { threads: S.threads, connections: S.connections, cpu: '1' }): Promise<Load> {
+  const args = [`-t${shape.threads}`, `-c${shape.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, `${target.url}/v1/chat/completions`];
   const env = { BENCH_BODY: c.body, BENCH_KEY: target.key ?? '', BENCH_MOCK: c.mock ?? '' };
-  const out = await run(launch('1', 'wrk', args, env), (seconds + 20) * 1000);
+  const out = await run(launch(shape.cpu, 'wrk', args, env), (seconds + 20) * 1000);
   const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
   if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
   const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
@@ -413,6 +439,35 @@ async function measureMemory(gateway: Server): Promise<MemoryResult> {
   return m;
 }
 
+// --- workers (bench/workers.ts) -----------------------------------------------------------------
+
+/** The gateway at 1 and at CPU_COUNT workers, alternating rounds, wrk on every CPU too. */
+async function measureScaling(luaFile: string): Promise<ScalingSample[]> {
+  const counts = [1, CPU_COUNT];
+  const groups = new Map<number, Server>();
+  for (const n of counts) groups.set(n, await startScalingGateway(n));
+  const c = CASES[0]!;
+  const samples: ScalingSample[] = [];
+  for (let round = 0; round < S.rounds; round++) {
+    for (const n of round % 2 ? [...counts].reverse() : counts) {
+      const server = groups.get(n)!;
+      const target: Target = { name: `workers-${n}`, group: 'overhead', url: server.url, gateway: server, protocol: 'http1', tls: false };
+      await wrk(target, c, S.warmupSeconds, luaFile, SCALING);
+      const sample = await measureGroup(n, server.pid, CLK_TCK, () => wrk(target, c, S.seconds, luaFile, SCALING));
+      samples.push(sample);
+      process.stderr.write(`workers round ${round + 1}/${S.rounds} workers ${n}: ${sample.rps.toFixed(0)} req/s  p50 ${sample.p50.toFixed(2)} ms  group ${sample.cpuUs.toFixed(0)} µs/req\n`);
+    }
+  }
+  await Promise.all([...groups.values()].map(stop));
+  return samples;
+}
+
+function scalingNote(): string {
+  return `wrk ${SCALING.threads} threads, ${SCALING.connections} keep-alive connections, ${S.rounds} rounds × ${S.seconds} s alternating, medians. ` +
+    `Gateways and wrk all share the machine's ${CPU_COUNT} CPUs: the load generator takes a large part of them, so this shows how ` +
+    'much more one instance serves with its workers, not a per-core limit. "group CPU" sums the supervisor and the workers.';
+}
+
 // --- main ---------------------------------------------------------------------------------------
 
 /** The "protocols" gateway and its targets, less those whose tool (h2load, openssl) is missing. */
@@ -482,12 +537,14 @@ async function main(): Promise<void> {
 
   const gateways = [bare, production, ...(protocols ? [protocols] : [])];
   await Promise.all([...gateways, ...(haproxy ? [haproxy] : []), mock].map(stop));
+  const scaling = WRK && CPU_COUNT >= 2 ? await measureScaling(luaFile) : [];
 
   const overhead = targets.filter((t) => t.group === 'overhead');
   let md = `# Sluice benchmark\n\n${machineInfo(generator, loadBefore, protocolTargets)}\n\n` +
     `## Gateway vs direct${haproxy ? ' (and HAProxy)' : ''}\n\n${table(results, overhead)}\n\n${summary(results)}\n` +
     `\n## Single-stream time to first byte (streaming chat, 50 chunks)\n\n${ttfbTable(ttfbResults, TTFB_N)}\n` +
     `\n## Memory (bare gateway, VmRSS)\n\n${memoryLines(mem, IDLE_CONNS)}\n`;
+  if (scaling.length > 0) md += `\n## Workers: 1 → ${CPU_COUNT} processes (echo model, nothing pinned)\n\n${scalingTable(scaling)}\n\n${scalingNote()}\n`;
   if (protocolTargets.length > 0) {
     md += `\n## TLS and HTTP/2 (gateway "protocols", each protocol vs its HTTP/1.1 cleartext listener)\n\n${protocolTable(results, protocolTargets)}\n\n` +
       `${protocolSummary(results.get(CASES[0]!.name)!, protocolTargets)}\n`;
