@@ -23,9 +23,10 @@ after(async () => {
 
 type Protocol = 'http1' | 'h2';
 
-async function instance(port: number, protocol: Protocol): Promise<GatewayProcess> {
+async function instance(port: number, protocol: Protocol, workers: number): Promise<GatewayProcess> {
   return startGateway({
     config: {
+      workers,
       listeners: [
         // HTTP/1.1 for HAProxy's health checks, h2c (prior knowledge) for its HTTP/2 traffic.
         { name: 'proxy', address: `127.0.0.1:${port}`, role: 'proxy', protocols: ['http1', 'h2'] },
@@ -124,9 +125,9 @@ async function servedSince(gw: GatewayProcess, from: number): Promise<void> {
   await gw.waitForLog((l) => l.event === 'access' && l.path === '/v1/chat/completions' && gw.logs.indexOf(l) >= from, 10_000);
 }
 
-async function rollingRestart(kill: 'drain' | 'no-drain', protocol: Protocol = 'http1'): Promise<LoadResult> {
+async function rollingRestart(kill: 'drain' | 'no-drain', protocol: Protocol = 'http1', workers = 1): Promise<LoadResult> {
   const ports = [await freePort(), await freePort()];
-  const gateways = [await instance(ports[0]!, protocol), await instance(ports[1]!, protocol)];
+  const gateways = [await instance(ports[0]!, protocol, workers), await instance(ports[1]!, protocol, workers)];
   const lb = await startHaproxy(
     [
       { name: 'a', port: ports[0]! },
@@ -143,7 +144,7 @@ async function rollingRestart(kill: 'drain' | 'no-drain', protocol: Protocol = '
       if (kill === 'drain') old.signal('SIGTERM');
       else old.signal('SIGKILL');
       await old.exited;
-      const fresh = await instance(ports[i]!, protocol);
+      const fresh = await instance(ports[i]!, protocol, workers);
       replacements.push(fresh);
       // The balancer has found the new instance and sends it traffic before the next one goes.
       await servedSince(fresh, 0);
@@ -173,6 +174,12 @@ test('rolling restart of two instances behind HAProxy under mixed load loses no 
 
 test('the same rolling restart with HTTP/2 from client to HAProxy and from HAProxy to the gateways loses no request', { skip: haproxy.skip, timeout: 60_000 }, async () => {
   const result = await rollingRestart('drain', 'h2');
+  assert.deepEqual(result.failures, []);
+  assert.ok(result.ok > 50, `only ${result.ok} requests completed`);
+});
+
+test('the same rolling restart with two worker processes per instance loses no request', { skip: haproxy.skip, timeout: 60_000 }, async () => {
+  const result = await rollingRestart('drain', 'http1', 2);
   assert.deepEqual(result.failures, []);
   assert.ok(result.ok > 50, `only ${result.ok} requests completed`);
 });
