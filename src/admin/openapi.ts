@@ -20,7 +20,7 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
     query: [{ name: 'verbose', description: 'List the individual checks.' }],
   },
   { method: 'GET', path: '/metrics', summary: 'Prometheus metrics.', open: true },
-  { method: 'GET', path: '/server_info', summary: 'State, version, in-flight requests, connections, drain progress, listeners.' },
+  { method: 'GET', path: '/server_info', summary: 'State, version, in-flight requests, connections, drain progress, listeners; each worker, with workers > 1.' },
   {
     method: 'POST',
     path: '/drain_listeners',
