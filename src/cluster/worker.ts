@@ -49,8 +49,11 @@ export async function runWorker(version: string): Promise<number> {
   const running = gateway;
   if (start.healthCheckFailed) running.lifecycle.failHealthCheck();
   for (const message of early.splice(0)) handle(running, message);
-  // Without its supervisor no new connections come: finish what is in flight and go.
-  process.once('disconnect', () => void running.lifecycle.drain('supervisor_gone', { graceful: false }));
+  // Without its supervisor no new connections come: finish what is in flight and go (also if it
+  // went while this worker was starting).
+  const orphaned = () => void running.lifecycle.drain('supervisor_gone', { graceful: false });
+  if (process.connected) process.once('disconnect', orphaned);
+  else orphaned();
   send({ type: 'ready', listeners: running.boundListeners() });
   return running.lifecycle.done;
 
