@@ -3,6 +3,8 @@
 //   npm run bench                 5 rounds x 5 s per run (about 10 minutes)
 //   npm run bench -- --quick      2 rounds x 2 s per run (about 2 minutes)
 //   npm run bench -- --profile    also run the gateways under --cpu-prof and print the hottest functions
+//   npm run bench -- --soak       only the soak: 1,000,000 requests through the production gateway, memory sampled
+//                                 as it goes (about 5 minutes; results in bench/results/soak.md)
 //
 // It starts the mock upstream and three gateways (built dist/main.js) as separate processes: "bare" (no
 // client keys, no access log), "production" (a client key required and sent, access log on, drained
@@ -35,6 +37,9 @@ const PROFILES = join(RESULTS, 'profiles');
 const FLAGS = process.argv.slice(2);
 const QUICK = FLAGS.includes('--quick');
 const PROFILE = FLAGS.includes('--profile');
+const SOAK = FLAGS.includes('--soak');
+/** Requests in a soak run (SOAK_REQUESTS overrides, for a shorter try). */
+const SOAK_REQUESTS = Number(process.env.SOAK_REQUESTS) || 1_000_000;
 const S = { rounds: QUICK ? 2 : 5, seconds: QUICK ? 2 : 5, warmupSeconds: 1, connections: 32, threads: 1 };
 const CLIENT_KEY = 'sk-bench-client-key-0123456789';
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
@@ -136,7 +141,7 @@ function startMock(): Promise<Server> {
   return startServer('mock', ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
 }
 
-/** `extraListeners` are proxy listeners besides `proxy`; every proxy listener's URL ends up in `urls`. */
+/** `extraListeners` are proxy listeners besides `proxy`; every listener's URL ends up in `urls` (by name). */
 async function startGateway(name: 'bare' | 'production' | 'protocols', mockUrl: string, extraListeners: { name: string; tls?: object }[] = []): Promise<Server> {
   const production = name === 'production';
   const config = {
@@ -159,7 +164,7 @@ async function startGateway(name: 'bare' | 'production' | 'protocols', mockUrl: 
   const urls: Record<string, string> = {};
   const server = await startServer(name, [...prof, 'dist/main.js', '--config', file], (l) => {
     const listener = String(l.listener);
-    if (l.event === 'listener_started' && l.role === 'proxy') urls[listener] = `${tls.has(listener) ? 'https' : 'http'}://${String(l.address)}`;
+    if (l.event === 'listener_started') urls[listener] = `${tls.has(listener) ? 'https' : 'http'}://${String(l.address)}`;
     return l.event === 'ready' ? urls.proxy : undefined;
   });
   return { ...server, urls };
@@ -468,6 +473,58 @@ function scalingNote(): string {
     'much more one instance serves with its workers, not a per-core limit. "group CPU" sums the supervisor and the workers.';
 }
 
+// --- soak ---------------------------------------------------------------------------------------
+
+interface SoakPoint { requests: number; rssMb: number; heapMb: number; seconds: number }
+
+/** The gateway's V8 heap in use, from its own metrics. */
+async function heapUsedMb(admin: string): Promise<number> {
+  const text = await (await fetch(`${admin}/metrics`)).text();
+  return Number(/^nodejs_heap_size_used_bytes (\S+)$/m.exec(text)?.[1]) / 1024 / 1024;
+}
+
+/**
+ * SOAK_REQUESTS requests through the production gateway (client key, access log, metrics), in 10 s
+ * wrk runs alternating non-streaming and 50-chunk streaming chat; RSS and heap after each run, and
+ * once more after 5 s idle.
+ */
+async function soak(luaFile: string, generator: string): Promise<void> {
+  const mock = await startMock();
+  const gateway = await startGateway('production', mock.url);
+  const admin = gateway.urls.admin ?? '';
+  const target: Target = { name: 'production', group: 'overhead', url: gateway.url, gateway, key: CLIENT_KEY, protocol: 'http1', tls: false };
+  for (const c of CASES) await check(target, c, undefined);
+  const started = Date.now();
+  const point = async (requests: number): Promise<SoakPoint> => ({ requests, rssMb: rssMb(gateway.pid), heapMb: await heapUsedMb(admin), seconds: (Date.now() - started) / 1000 });
+  const points: SoakPoint[] = [await point(0)];
+  let total = 0;
+  let errors = 0;
+  for (let i = 0; total < SOAK_REQUESTS; i++) {
+    const r = await wrk(target, CASES[i % CASES.length]!, 10, luaFile);
+    total += r.requests;
+    errors += r.errors + r.non2xx;
+    points.push(await point(total));
+    process.stderr.write(`soak: ${total} requests, RSS ${points.at(-1)!.rssMb.toFixed(1)} MB, heap ${points.at(-1)!.heapMb.toFixed(1)} MB, ${errors} errors\n`);
+  }
+  await new Promise((r) => setTimeout(r, 5000));
+  const idle = await point(total);
+  await Promise.all([gateway, mock].map(stop));
+  const rows = ['| requests | elapsed s | RSS MB | heap used MB |', '|--:|--:|--:|--:|'];
+  const every = Math.max(1, Math.floor(points.length / 10));
+  for (const [i, p] of points.entries()) {
+    if (i % every === 0 || i === points.length - 1) rows.push(`| ${p.requests} | ${p.seconds.toFixed(0)} | ${p.rssMb.toFixed(1)} | ${p.heapMb.toFixed(1)} |`);
+  }
+  rows.push(`| ${idle.requests} (5 s idle) | ${idle.seconds.toFixed(0)} | ${idle.rssMb.toFixed(1)} | ${idle.heapMb.toFixed(1)} |`);
+  const tenth = points.find((p) => p.requests >= total / 10)!;
+  const md = `# Sluice soak\n\n- Date: ${new Date().toISOString()}; Node ${process.version}; ${generator}, ${S.connections} connections\n` +
+    `- Production gateway (client key, access log drained through a pipe, metrics), \`workers: 1\`; 10 s runs alternating non-streaming and 50-chunk streaming chat\n` +
+    `- ${total} requests, ${errors} errors or non-2xx\n\n${rows.join('\n')}\n\n` +
+    `RSS from ${tenth.requests} requests to the end: ${tenth.rssMb.toFixed(1)} → ${points.at(-1)!.rssMb.toFixed(1)} MB; heap used ${tenth.heapMb.toFixed(1)} → ${points.at(-1)!.heapMb.toFixed(1)} MB.\n`;
+  process.stdout.write(`\n${md}`);
+  mkdirSync(RESULTS, { recursive: true });
+  writeFileSync(join(RESULTS, 'soak.md'), md);
+}
+
 // --- main ---------------------------------------------------------------------------------------
 
 /** The "protocols" gateway and its targets, less those whose tool (h2load, openssl) is missing. */
@@ -483,9 +540,9 @@ async function startProtocolsGateway(mockUrl: string): Promise<{ gateway?: Serve
 }
 
 async function main(): Promise<void> {
-  const unknown = FLAGS.filter((f) => f !== '--quick' && f !== '--profile');
+  const unknown = FLAGS.filter((f) => f !== '--quick' && f !== '--profile' && f !== '--soak');
   if (unknown.length > 0) {
-    process.stderr.write(`usage: npm run bench [-- --quick] [-- --profile] (unknown: ${unknown.join(' ')})\n`);
+    process.stderr.write(`usage: npm run bench [-- --quick] [-- --profile] [-- --soak] (unknown: ${unknown.join(' ')})\n`);
     process.exit(2);
   }
   // Our own work (draining the access log) goes to the generator's CPU, not the servers'.
@@ -497,6 +554,7 @@ async function main(): Promise<void> {
   const loadBefore = loadavg()[0]!.toFixed(2);
   const luaFile = join(TMP, 'post.lua');
   writeFileSync(luaFile, WRK_SCRIPT);
+  if (SOAK) return soak(luaFile, generator);
   if (PROFILE) mkdirSync(PROFILES, { recursive: true });
 
   const mock = await startMock();
