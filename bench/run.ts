@@ -515,11 +515,16 @@ async function soak(luaFile: string, generator: string): Promise<void> {
     if (i % every === 0 || i === points.length - 1) rows.push(`| ${p.requests} | ${p.seconds.toFixed(0)} | ${p.rssMb.toFixed(1)} | ${p.heapMb.toFixed(1)} |`);
   }
   rows.push(`| ${idle.requests} (5 s idle) | ${idle.seconds.toFixed(0)} | ${idle.rssMb.toFixed(1)} | ${idle.heapMb.toFixed(1)} |`);
-  const tenth = points.find((p) => p.requests >= total / 10)!;
+  // The heap in use is a sawtooth (garbage waits for the next GC): its lowest sample in each quarter
+  // of the run is what survives, and would climb with a leak.
+  const quarter = (q: number) => points.filter((p) => p.requests > (total * q) / 4 && p.requests <= (total * (q + 1)) / 4);
+  const lows = [0, 1, 2, 3].map((q) => Math.min(...quarter(q).map((p) => p.heapMb)).toFixed(1));
+  const half = points.find((p) => p.requests >= total / 2)!;
   const md = `# Sluice soak\n\n- Date: ${new Date().toISOString()}; Node ${process.version}; ${generator}, ${S.connections} connections\n` +
     `- Production gateway (client key, access log drained through a pipe, metrics), \`workers: 1\`; 10 s runs alternating non-streaming and 50-chunk streaming chat\n` +
     `- ${total} requests, ${errors} errors or non-2xx\n\n${rows.join('\n')}\n\n` +
-    `RSS from ${tenth.requests} requests to the end: ${tenth.rssMb.toFixed(1)} → ${points.at(-1)!.rssMb.toFixed(1)} MB; heap used ${tenth.heapMb.toFixed(1)} → ${points.at(-1)!.heapMb.toFixed(1)} MB.\n`;
+    `- Lowest heap in use in each quarter of the run: ${lows.join(', ')} MB.\n` +
+    `- RSS at ${half.requests} requests: ${half.rssMb.toFixed(1)} MB; at the end: ${points.at(-1)!.rssMb.toFixed(1)} MB.\n`;
   process.stdout.write(`\n${md}`);
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, 'soak.md'), md);
