@@ -1,6 +1,6 @@
 // Client API keys, held only as SHA-256 digests. A presented key is hashed and looked up; the
 // match is confirmed with a constant-time comparison of the digests.
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Config } from '../config/schema.ts';
 
@@ -16,7 +16,7 @@ export class ClientKeys {
       const key = typeof entry === 'string' ? entry : entry.key;
       const name = typeof entry === 'string' ? `key-${index}` : entry.name;
       const digest = sha256(key);
-      this.#digests.set(digest.toString('base64'), { digest, name });
+      this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), name });
     });
   }
 
@@ -29,8 +29,8 @@ export class ClientKeys {
     const presented = presentedKey(headers);
     if (presented === undefined) return { ok: false, reason: 'missing' };
     const digest = sha256(presented);
-    const found = this.#digests.get(digest.toString('base64'));
-    if (!found || !timingSafeEqual(found.digest, digest)) return { ok: false, reason: 'invalid' };
+    const found = this.#digests.get(digest);
+    if (!found || !timingSafeEqual(found.digest, Buffer.from(digest, 'base64'))) return { ok: false, reason: 'invalid' };
     return { ok: true, keyName: found.name };
   }
 }
@@ -46,6 +46,7 @@ export function presentedKey(headers: IncomingHttpHeaders): string | undefined {
   return typeof apiKey === 'string' ? apiKey : undefined;
 }
 
-function sha256(text: string): Buffer {
-  return createHash('sha256').update(text).digest();
+/** The SHA-256 digest of `text`'s UTF-8 bytes, in base64 (one-shot: no Hash object per request). */
+function sha256(text: string): string {
+  return hash('sha256', text, 'base64');
 }

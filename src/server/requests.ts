@@ -33,7 +33,7 @@ export function createExchangeRecorder(services: RequestServices) {
   return function recordFinished(ctx: ExchangeContext, status: number): void {
     lifecycle.requestFinished(ctx.connection);
     try {
-      metrics.inFlight.labels(ctx.endpoint, ctx.protocol).dec();
+      metrics.inFlight.add(-1, ctx.endpoint, ctx.protocol);
       recordAccess(ctx, status);
     } catch (error) {
       // Telemetry must never take the process down with it.
@@ -91,14 +91,14 @@ export function createRequestHandler(services: RequestServices) {
     const path = pathOf(req.url);
     if (path === '/livez' || path === '/readyz') {
       ctx.endpoint = path.slice(1);
-      metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
+      metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       const answer = path === '/livez' ? liveness() : readiness(services.healthChecks(), hasQueryKey(req.url, 'verbose'));
       sendJson(ctx, lifecycle, answer.status, answer.body);
       return;
     }
     const routes = services.routesFor(listener);
     ctx.endpoint = routes.endpointOf(path) ?? 'other';
-    metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
+    metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
     logIfDraining(services, ctx, path);
     try {
       routes.handle(ctx, path);

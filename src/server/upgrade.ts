@@ -30,7 +30,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     const path = pathOf(req.url);
     const route = listener.role === 'proxy' ? routes.get(path) : undefined;
     ctx.endpoint = route ? path.slice(path.lastIndexOf('/') + 1) : 'other';
-    metrics.inFlight.labels(ctx.endpoint, ctx.protocol).inc();
+    metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
     logIfDraining(services, ctx, path);
     let done = false;
     const finished = (status: number) => {

@@ -1,5 +1,6 @@
 // One JSON line per finished request, plus the request counters and duration histogram.
 import type { Logger } from 'pino';
+import { writeInfo } from './logger.ts';
 import type { Metrics } from './metrics.ts';
 
 export interface FinishedRequest {
@@ -39,14 +40,14 @@ export class AccessLog {
     const m = this.#metrics;
     // The label is the configured entry a model matched ("gpt-4o", or the pattern "gpt-*"), never
     // the name a client sent: made-up names would otherwise add a time series each, without bound.
-    m.requests.labels(r.endpoint, statusLabel(r.status), r.modelEntry).inc();
-    m.requestDuration.labels(r.endpoint).observe(r.durationSeconds);
+    m.requests.add(1, r.endpoint, statusLabel(r.status), r.modelEntry);
+    m.requestDuration.observe({ endpoint: r.endpoint }, r.durationSeconds);
     if (r.usage) {
-      m.tokens.labels(r.modelEntry, r.provider, 'prompt').inc(r.usage.prompt);
-      m.tokens.labels(r.modelEntry, r.provider, 'completion').inc(r.usage.completion);
+      m.tokens.add(r.usage.prompt, r.modelEntry, r.provider, 'prompt');
+      m.tokens.add(r.usage.completion, r.modelEntry, r.provider, 'completion');
     }
     if (!this.#logger) return;
-    this.#logger.info({
+    writeInfo(this.#logger, {
       event: 'access',
       request_id: r.id,
       downstream_request_id: r.downstreamRequestId,

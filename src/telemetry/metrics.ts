@@ -20,13 +20,49 @@ export interface StateSources {
   workerRestarts?(): number;
 }
 
+/**
+ * The values of a counter or gauge that every request updates, by label values, kept in a map and
+ * handed to prom-client when scraped: an update then costs a map lookup, not prom-client's label
+ * object, validation and label hash.
+ */
+export class HotValues {
+  readonly #labelNames: readonly string[];
+  readonly #cells = new Map<string, { labels: Record<string, string>; value: number }>();
+
+  constructor(labelNames: readonly string[]) {
+    this.#labelNames = labelNames;
+  }
+
+  /** Adds `delta` to the value of these label values, given in the order of the label names. */
+  add(delta: number, ...values: string[]): void {
+    const key = values.join('\u0000');
+    const cell = this.#cells.get(key);
+    if (cell) {
+      cell.value += delta;
+      return;
+    }
+    if (values.length !== this.#labelNames.length) throw new Error(`expected ${this.#labelNames.length} label values, got ${values.length}`);
+    const labels: Record<string, string> = {};
+    this.#labelNames.forEach((name, i) => (labels[name] = values[i]!));
+    this.#cells.set(key, { labels, value: delta });
+  }
+
+  /** Every label combination seen so far, with its value. */
+  cells(): IterableIterator<{ labels: Record<string, string>; value: number }> {
+    return this.#cells.values();
+  }
+}
+
 export class Metrics {
   readonly registry = new Registry();
-  readonly requests: Counter<'endpoint' | 'status' | 'model'>;
+  /** Counter sluice_requests_total: endpoint, status, model. */
+  readonly requests = new HotValues(['endpoint', 'status', 'model']);
   readonly requestDuration: Histogram<'endpoint'>;
-  readonly inFlight: Gauge<'endpoint' | 'protocol'>;
+  /** Gauge sluice_in_flight_requests: endpoint, protocol. */
+  readonly inFlight = new HotValues(['endpoint', 'protocol']);
   readonly upstreamErrors: Counter<'provider' | 'kind'>;
-  readonly tokens: Counter<'model' | 'provider' | 'type'>;
+  /** Counter sluice_tokens_total: model, provider, type. */
+  readonly tokens = new HotValues(['model', 'provider', 'type']);
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
   readonly connectionsAccepted: Counter<'listener'>;
   readonly connectionsRejected: Counter<'listener'>;
@@ -36,11 +72,16 @@ export class Metrics {
   constructor(sources: StateSources) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
-    this.requests = new Counter({
+    const { requests, inFlight, tokens } = this;
+    new Counter({
       name: 'sluice_requests_total',
       help: 'Finished requests by endpoint, status and model.',
       labelNames: ['endpoint', 'status', 'model'],
       registers,
+      collect() {
+        this.reset();
+        for (const c of requests.cells()) this.inc(c.labels, c.value);
+      },
     });
     this.requestDuration = new Histogram({
       name: 'sluice_request_duration_seconds',
@@ -49,11 +90,14 @@ export class Metrics {
       buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300],
       registers,
     });
-    this.inFlight = new Gauge({
+    new Gauge({
       name: 'sluice_in_flight_requests',
       help: 'Requests (and WebSocket sessions) in flight, by endpoint and protocol.',
       labelNames: ['endpoint', 'protocol'],
       registers,
+      collect() {
+        for (const c of inFlight.cells()) this.set(c.labels, c.value);
+      },
     });
     this.upstreamErrors = new Counter({
       name: 'sluice_upstream_errors_total',
@@ -61,11 +105,15 @@ export class Metrics {
       labelNames: ['provider', 'kind'],
       registers,
     });
-    this.tokens = new Counter({
+    new Counter({
       name: 'sluice_tokens_total',
       help: 'Tokens reported by providers in responses, by model, provider and type (prompt, completion).',
       labelNames: ['model', 'provider', 'type'],
       registers,
+      collect() {
+        this.reset();
+        for (const c of tokens.cells()) this.inc(c.labels, c.value);
+      },
     });
     this.connectionsClosed = new Counter({
       name: 'sluice_connections_closed_total',
