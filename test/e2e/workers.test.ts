@@ -9,6 +9,7 @@ import { stringify } from 'yaml';
 import { eventually, metricValue, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
 import { httpRequest, postJson } from '../support/http.ts';
+import { Agent, request as undiciRequest } from 'undici';
 import { sumMetric } from '../support/reliability.ts';
 import { freePort } from '../support/haproxy.ts';
 
@@ -93,6 +94,29 @@ test('both workers serve the proxy listener; the admin listener reports and coun
     assert.equal(metricValue(metrics, 'sluice_draining'), 0);
     const verbose = JSON.parse((await httpRequest(`${gw.adminUrl}/readyz?verbose`)).body) as { checks: { name: string; status: string }[] };
     assert.deepEqual(verbose.checks.find((c) => c.name === 'workers_ready'), { name: 'workers_ready', status: 'pass' });
+  } finally {
+    await gw.stop();
+  }
+});
+
+test('the workers share stdout without tearing a line: 600 concurrent requests, 600 whole access lines', async () => {
+  const gw = await startGateway({ config: config() });
+  try {
+    const agent = new Agent({ connections: 24 });
+    const body = JSON.stringify(chat({ messages: [{ role: 'user', content: 'é'.repeat(300) }] }));
+    const statuses = await Promise.all(
+      Array.from({ length: 600 }, async () => {
+        const res = await undiciRequest(`${gw.proxyUrl}/v1/chat/completions`, { method: 'POST', body, headers: { 'content-type': 'application/json' }, dispatcher: agent });
+        await res.body.text();
+        return res.statusCode;
+      }),
+    );
+    await agent.close();
+    assert.ok(statuses.every((s) => s === 200));
+    const access = () => gw.logs.filter((l) => l.event === 'access' && l.listener === 'proxy');
+    await eventually(() => access().length === 600, 5000, '600 access lines');
+    assert.deepEqual(gw.logs.filter((l) => l.event === 'unparsed'), []);
+    assert.deepEqual(new Set(access().map((l) => l.worker)), new Set([1, 2]));
   } finally {
     await gw.stop();
   }
