@@ -119,7 +119,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   ];
   const info = (): ProcessInfo => ({
     state: lifecycle.state,
-    ready: healthChecks().every((c) => c.ok),
+    ready: lifecycle.ready() && healthChecks().every((c) => c.ok),
     healthcheck_failed: lifecycle.healthCheckFailed,
     in_flight: lifecycle.inFlight,
     open_connections: lifecycle.connections.size,
@@ -190,16 +190,18 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     throw error;
   }
   lifecycle.markServing();
-  if (options.announceReady !== false) logger.info(
-    {
-      event: 'ready',
-      providers: config.providers.map((p) => `${p.name} (${p.type})`),
-      models: config.models.length,
-      keys: config.keys.length,
-      ...(workers ? { workers: workers.size } : {}),
-    },
-    'sluice is ready',
-  );
+  if (options.announceReady !== false) {
+    logger.info(
+      {
+        event: 'ready',
+        providers: config.providers.map((p) => `${p.name} (${p.type})`),
+        models: config.models.length,
+        keys: config.keys.length,
+        ...(workers ? { workers: workers.size } : {}),
+      },
+      'sluice is ready',
+    );
+  }
 
   /**
    * E6: models, providers and keys swap atomically between requests; a listener whose settings

@@ -70,7 +70,7 @@ export interface LifecycleHooks {
   stopAccepting(include?: (listener: string) => boolean): void;
   /** Final work before exit (L9): close upstream pools, flush logs. */
   shutdown(): Promise<void>;
-  /** Told of every drain, force and health-check change, after it took effect here. */
+  /** Told of every drain, force and health-check change as it is given here. */
   commanded?(command: LifecycleCommand): void;
 }
 
