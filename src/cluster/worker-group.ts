@@ -49,7 +49,6 @@ interface Slot {
   /** Consecutive deaths without reaching ready, for the restart back-off. */
   failures: number;
   restartTimer: NodeJS.Timeout | undefined;
-  exitCode: number | null;
 }
 
 export class WorkerGroup {
@@ -76,7 +75,6 @@ export class WorkerGroup {
       restarts: 0,
       failures: 0,
       restartTimer: undefined,
-      exitCode: null,
     }));
     cluster.setupPrimary({ serialization: 'advanced' });
   }
@@ -186,7 +184,6 @@ export class WorkerGroup {
     const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot.index) });
     slot.worker = worker;
     slot.state = 'starting';
-    slot.exitCode = null;
     slot.release = this.#supervisor!.hold();
     worker.on('message', (message: unknown) => {
       if (isMessage<FromWorker>(message)) this.#received(slot, message);
@@ -227,7 +224,6 @@ export class WorkerGroup {
     const wasReady = slot.state === 'ready';
     slot.worker = undefined;
     slot.state = 'exited';
-    slot.exitCode = code;
     slot.release?.();
     slot.release = undefined;
     const stopping = this.#stopping;
