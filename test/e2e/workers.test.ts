@@ -12,6 +12,11 @@ import { httpRequest, postJson } from '../support/http.ts';
 import { Agent, request as undiciRequest } from 'undici';
 import { sumMetric } from '../support/reliability.ts';
 import { freePort } from '../support/haproxy.ts';
+import { connect as http2Connect, type ClientHttp2Session } from 'node:http2';
+import { makePki } from '../support/certs.ts';
+import { requireTool } from '../support/system-tool.ts';
+
+const openssl = requireTool('openssl', 'openssl');
 
 let mock: MockUpstream;
 
@@ -290,6 +295,55 @@ test('workers whose supervisor is killed finish what they hold and exit instead 
     await gw.exited;
     await eventually(() => pids.every((pid) => !alive(pid)), 5000, 'workers gone');
   } finally {
+    await gw.stop();
+  }
+});
+
+test('over TLS with HTTP/2 (ALPN) too: each worker serves its sessions, and the drain sends every session GOAWAY', { skip: openssl.skip }, async () => {
+  const pki = makePki();
+  const gw = await startGateway({
+    config: config({
+      listeners: [
+        { name: 'proxy', address: '127.0.0.1:0', role: 'proxy', tls: { cert_file: pki.server.cert, key_file: pki.server.key }, protocols: ['h2'] },
+        { name: 'admin', address: '127.0.0.1:0', role: 'admin' },
+      ],
+      shutdown: { min_drain_secs: 1 },
+      downstream: { drain_timeout_secs: 0.5 },
+    }),
+  });
+  const sessions: ClientHttp2Session[] = [];
+  try {
+    const url = gw.proxyUrl.replace('http:', 'https:');
+    for (let i = 0; i < 4; i++) {
+      const session = http2Connect(url, { ca: pki.caPem, servername: 'localhost' });
+      await new Promise<void>((resolve, reject) => {
+        session.once('connect', () => resolve());
+        session.once('error', reject);
+      });
+      sessions.push(session);
+    }
+    const post = (session: ClientHttp2Session) =>
+      new Promise<number>((resolve, reject) => {
+        const stream = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json' });
+        let status = 0;
+        stream.on('response', (h) => (status = Number(h[':status'])));
+        stream.on('data', () => {});
+        stream.on('end', () => resolve(status));
+        stream.on('error', reject);
+        stream.end(JSON.stringify(chat()));
+      });
+    assert.deepEqual(await Promise.all(sessions.map(post)), [200, 200, 200, 200]);
+    const served = new Set(gw.logs.filter((l) => l.event === 'access' && l.listener === 'proxy').map((l) => l.worker));
+    await eventually(() => {
+      for (const l of gw.logs) if (l.event === 'access' && l.listener === 'proxy') served.add(l.worker);
+      return served.size === 2;
+    }, 5000, 'h2 requests served by both workers');
+    const goaways = sessions.map((session) => new Promise<void>((resolve) => session.once('goaway', () => resolve())));
+    gw.signal('SIGTERM');
+    await Promise.all(goaways);
+    assert.equal((await gw.exited).code, 0);
+  } finally {
+    for (const session of sessions) session.destroy();
     await gw.stop();
   }
 });
