@@ -55,8 +55,8 @@ export function defaultListeners(): Record<string, unknown>[] {
 export function writeConfig(config: Record<string, unknown> | string): string {
   const dir = mkdtempSync(join(tmpdir(), 'sluice-test-'));
   const file = join(dir, 'sluice.yaml');
-  // One process unless a test asks for workers: most tests are about one process's behaviour.
-  const text = typeof config === 'string' ? config : stringify({ workers: 1, listeners: defaultListeners(), ...config });
+  // One process unless a test asks for workers (or SLUICE_TEST_WORKERS runs every test against a group).
+  const text = typeof config === 'string' ? config : stringify({ workers: Number(process.env.SLUICE_TEST_WORKERS) || 1, listeners: defaultListeners(), ...config });
   writeFileSync(file, text);
   return file;
 }
