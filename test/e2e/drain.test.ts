@@ -129,6 +129,9 @@ test('L2/L3: an idle pooled client sending requests throughout the window gets n
     }
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
+    // From the moment the process has taken the signal: a request answered before that is not
+    // "during the drain" and rightly keeps its connection.
+    await gw.waitForLog((l) => l.event === 'drain_started');
     let ok = 0;
     let closes = 0;
     const failures: string[] = [];
