@@ -15,6 +15,7 @@ import { connect as connectH2 } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import type { Sample } from './run.ts';
+import { median } from './stats.ts';
 
 export type Protocol = 'http1' | 'h2';
 
@@ -210,12 +211,6 @@ export function protocolMethods(targets: readonly ProtocolTarget[]): string[] {
   return lines;
 }
 
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 const n = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '–');
 const signed = (x: number) => `${x >= 0 ? '+' : ''}${n(x)}`;
 

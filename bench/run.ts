@@ -30,6 +30,7 @@ import {
 } from './protocols.ts';
 import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss, type MemoryResult } from './extras.ts';
 import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
+import { cpuTicks, median, type Load } from './stats.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -67,7 +68,6 @@ interface Target {
   tls: boolean;
 }
 interface Case { name: string; body: string; mock?: string }
-interface Load { requests: number; seconds: number; errors: number; non2xx: number; p50Ms: number; p99Ms: number; meanMs: number }
 export interface Sample { rps: number; p50: number; p99: number; mean: number; gwCpu: number; mockCpu: number }
 
 const CASES: Case[] = [
@@ -272,13 +272,6 @@ function h2load(target: Target, c: Case, seconds: number): Promise<Load> {
 
 // --- measurement --------------------------------------------------------------------------------
 
-/** utime + stime of a process, in clock ticks. */
-function cpuTicks(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' '); // fields[0] is field 3 (state)
-  return Number(fields[11]) + Number(fields[12]);
-}
-
 /**
  * One POST per target and case, in the target's protocol (the certificate checked against `ca`), to
  * fail fast on a wrong config rather than benchmark error responses.
@@ -319,12 +312,6 @@ async function measure(target: Target, c: Case, mock: Server, luaFile: string): 
 
 /** The 1-minute load average after each measurement. */
 const loads: number[] = [];
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 // --- reporting ----------------------------------------------------------------------------------
 

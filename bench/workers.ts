@@ -4,6 +4,7 @@
 // the throughput: what is measured is the gateway's own capacity. CPU per request is the whole
 // group's (supervisor and workers, from /proc).
 import { readFileSync, readdirSync } from 'node:fs';
+import { cpuTicks, median, type Load } from './stats.ts';
 
 export interface ScalingSample { workers: number; rps: number; p50: number; p99: number; cpuUs: number; processes: number }
 
@@ -21,28 +22,15 @@ export function groupPids(pid: number): number[] {
   return [pid, ...children];
 }
 
-/** utime + stime of a process, in clock ticks (0 once it is gone). */
-export function cpuTicksOf(pid: number): number {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return Number(fields[11]) + Number(fields[12]);
-  } catch {
-    return 0;
-  }
-}
-
-export interface LoadResult { requests: number; seconds: number; errors: number; non2xx: number; p50Ms: number; p99Ms: number }
-
 /**
  * One measurement of a group: `load` runs the load generator and resolves with its result; CPU is
  * summed over the group's processes before and after.
  */
-export async function measureGroup(workers: number, pid: number, clockTicks: number, load: () => Promise<LoadResult>): Promise<ScalingSample> {
+export async function measureGroup(workers: number, pid: number, clockTicks: number, load: () => Promise<Load>): Promise<ScalingSample> {
   const pids = groupPids(pid);
-  const before = pids.reduce((sum, p) => sum + cpuTicksOf(p), 0);
+  const before = pids.reduce((sum, p) => sum + cpuTicks(p), 0);
   const r = await load();
-  const after = pids.reduce((sum, p) => sum + cpuTicksOf(p), 0);
+  const after = pids.reduce((sum, p) => sum + cpuTicks(p), 0);
   if (r.errors > 0 || r.non2xx > 0) process.stderr.write(`  warning: workers ${workers}: ${r.errors} socket errors, ${r.non2xx} non-2xx responses\n`);
   return {
     workers,
@@ -53,12 +41,6 @@ export async function measureGroup(workers: number, pid: number, clockTicks: num
     processes: pids.length,
   };
 }
-
-const median = (xs: number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 
 export function scalingTable(samples: ScalingSample[]): string {
   const counts = [...new Set(samples.map((s) => s.workers))].sort((a, b) => a - b);
