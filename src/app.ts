@@ -1,6 +1,6 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
 // applies a new config to it (E6). Holds the wiring only; each behaviour lives in its own module.
-import type { Config } from './config/schema.ts';
+import { withListenersOf, type Config } from './config/schema.ts';
 import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
@@ -70,7 +70,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const startedAt = Date.now();
   const { workers } = options;
   // A supervisor serves only the admin listeners; its workers serve the rest.
-  const own = (c: Config): Config => (workers ? { ...c, listeners: c.listeners.filter((l) => l.role === 'admin') } : c);
+  const own = (c: Config): Config => (workers ? withListenersOf(c, 'admin') : c);
   const config = own(fullConfig);
   let current = config;
   let listeners: Listener[] = [];

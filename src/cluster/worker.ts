@@ -1,15 +1,10 @@
 // A worker process of `workers: N`: serves the proxy listeners (shared with the other workers
 // through the supervisor) and follows the supervisor's commands. It ignores signals: a terminal or
 // a service manager signals the whole process group, and the supervisor speaks for it.
-import type { Config } from '../config/schema.ts';
+import { withListenersOf } from '../config/schema.ts';
 import { createLoggers, flushLogger } from '../telemetry/logger.ts';
 import { startGateway, type RunningGateway } from '../app.ts';
 import { WORKER_SLOT_ENV, isMessage, type ToWorker } from './messages.ts';
-
-/** A worker serves the proxy listeners; the admin listeners stay with the supervisor. */
-export function workerConfig(config: Config): Config {
-  return { ...config, listeners: config.listeners.filter((l) => l.role === 'proxy') };
-}
 
 function send(message: unknown): void {
   try {
@@ -39,7 +34,7 @@ export async function runWorker(version: string): Promise<number> {
   const loggers = createLoggers({ level: start.config.log.level, worker: slot });
   const logger = loggers.events;
   try {
-    gateway = await startGateway(workerConfig(start.config), loggers, version, { announceReady: false });
+    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false });
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `worker ${slot} could not start: ${(error as Error).message}`);
     flushLogger(logger);
@@ -68,7 +63,7 @@ export async function runWorker(version: string): Promise<number> {
         return;
       }
       case 'reload':
-        gw.reload(workerConfig(message.config), message.trigger).catch((error: unknown) => {
+        gw.reload(withListenersOf(message.config, 'proxy'), message.trigger).catch((error: unknown) => {
           gw.reloadRejected();
           logger.error({ event: 'config_reload_failed', reason: (error as Error).message }, 'applying the new configuration failed');
         });

@@ -234,6 +234,11 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
 
 export type Config = z.infer<typeof configSchema>;
 
+/** The config with only the listeners of `role`: a supervisor serves the admin ones, its workers the proxy ones. */
+export function withListenersOf(config: Config, role: ListenerConfig['role']): Config {
+  return { ...config, listeners: config.listeners.filter((l) => l.role === role) };
+}
+
 /** How many worker processes `workers` asks for on a machine offering `cpus` CPUs. */
 export function workerCount(config: Pick<Config, 'workers'>, cpus: number): number {
   return config.workers === 'auto' ? Math.max(1, cpus) : config.workers;
