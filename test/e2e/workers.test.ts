@@ -188,7 +188,7 @@ test('a second signal forces the whole group: streams end with an error event an
 });
 
 test('the admin health-check override and a drain without exit reach every worker', async () => {
-  const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 30, drain_time_secs: 1 } }) });
+  const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 30, drain_time_secs: 1, progress_log_secs: 0.25 } }) });
   try {
     assert.deepEqual(await statuses(`${gw.proxyUrl}/readyz`, 4), [200, 200, 200, 200]);
     assert.equal((await httpRequest(`${gw.adminUrl}/healthcheck/fail`, { method: 'POST' })).status, 200);
@@ -203,7 +203,7 @@ test('the admin health-check override and a drain without exit reach every worke
     }, 2000, 'every worker draining without exit');
     assert.equal(workers!.length, 2);
     // skip_exit: past the drain time everyone is still there, not ready, and still answers.
-    await new Promise((r) => setTimeout(r, 1500));
+    for (const slot of [1, 2]) await gw.waitForLog((l) => l.event === 'drain_progress' && l.worker === slot && Number(l.elapsed_secs) >= 1.5);
     assert.equal(gw.child.exitCode, null);
     assert.ok((await workersOf(gw)).every((w) => w.state === 'draining'));
     assert.equal((await httpRequest(`${gw.adminUrl}/readyz`)).status, 503);
