@@ -127,7 +127,7 @@ test('the workers share stdout without tearing a line: 600 concurrent requests, 
   }
 });
 
-test('SIGTERM drains the group as one: every worker fails readiness, serves the window, finishes its streams, and the group exits 0 after the last one', async () => {
+test('L1/L2/L3/L5: SIGTERM drains the group as one: every worker fails readiness, serves the window, finishes its streams, and the group exits 0 after the last one', async () => {
   const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 1, progress_log_secs: 1 } }) });
   try {
     const pids = (await workersOf(gw)).map((w) => w.pid);
@@ -165,7 +165,7 @@ test('SIGTERM drains the group as one: every worker fails readiness, serves the 
   }
 });
 
-test('a second signal forces the whole group: streams end with an error event and the group exits 1 at once', async () => {
+test('L8: a second signal forces the whole group: streams end with an error event and the group exits 1 at once', async () => {
   const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 30 } }) });
   try {
     const pids = (await workersOf(gw)).map((w) => w.pid);
@@ -187,7 +187,7 @@ test('a second signal forces the whole group: streams end with an error event an
   }
 });
 
-test('the admin health-check override and a drain without exit reach every worker', async () => {
+test('E4: the admin health-check override and a drain without exit reach every worker', async () => {
   const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 30, drain_time_secs: 1, progress_log_secs: 0.25 } }) });
   try {
     assert.deepEqual(await statuses(`${gw.proxyUrl}/readyz`, 4), [200, 200, 200, 200]);
@@ -239,7 +239,7 @@ test('a worker that dies while serving is restarted; the other keeps serving mea
   }
 });
 
-test('SIGHUP: the supervisor checks the new config, every worker applies it; a bad one reaches no worker', async () => {
+test('E6: SIGHUP: the supervisor checks the new config, every worker applies it; a bad one reaches no worker', async () => {
   // Fixed ports: a reload that turned port 0 into the port in use would be a change of address.
   const listeners = [
     { name: 'proxy', address: `127.0.0.1:${await freePort()}`, role: 'proxy' },
@@ -287,7 +287,7 @@ test('the group does not start (exit 1) when its workers cannot bind the proxy a
   }
 });
 
-test('workers whose supervisor is killed finish what they hold and exit instead of staying orphaned', async () => {
+test('L10: workers whose supervisor is killed finish what they hold and exit instead of staying orphaned', async () => {
   const gw = await startGateway({ config: config() });
   try {
     const pids = (await workersOf(gw)).map((w) => w.pid);
@@ -299,7 +299,7 @@ test('workers whose supervisor is killed finish what they hold and exit instead 
   }
 });
 
-test('over TLS with HTTP/2 (ALPN) too: each worker serves its sessions, and the drain sends every session GOAWAY', { skip: openssl.skip }, async () => {
+test('L4: over TLS with HTTP/2 (ALPN) too: each worker serves its sessions, and the drain sends every session GOAWAY', { skip: openssl.skip }, async () => {
   const pki = makePki();
   const gw = await startGateway({
     config: config({

@@ -993,7 +993,7 @@ describe('phase order', () => {
 });
 
 describe('a supervisor of worker processes', () => {
-  test('a hold keeps the drain open like a request: the listeners close and the process exits only once every hold is released', async () => {
+  test('L5/L9: a hold keeps the drain open like a request: the listeners close and the process exits only once every hold is released', async () => {
     const t = setup({ minDrainSecs: 1 });
     const releaseA = t.lifecycle.hold();
     const releaseB = t.lifecycle.hold();
@@ -1011,7 +1011,7 @@ describe('a supervisor of worker processes', () => {
     assert.equal(t.lifecycle.inFlight, 0, 'holds are not requests');
   });
 
-  test('every drain, force and health-check change is passed to the commanded hook, with its options', () => {
+  test('E4/L8: every drain, force and health-check change is passed to the commanded hook, with its options', () => {
     const commands: LifecycleCommand[] = [];
     const t = setup({ minDrainSecs: 30 }, { commanded: (c) => commands.push(c) });
     assert.equal(t.lifecycle.failHealthCheck(), true);
