@@ -287,7 +287,7 @@ test('the group does not start (exit 1) when its workers cannot bind the proxy a
   }
 });
 
-test('L10: workers whose supervisor is killed finish what they hold and exit instead of staying orphaned', async () => {
+test('workers whose supervisor is killed finish what they hold and exit instead of staying orphaned', async () => {
   const gw = await startGateway({ config: config() });
   try {
     const pids = (await workersOf(gw)).map((w) => w.pid);
