@@ -8,6 +8,7 @@ import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
+import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
 import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand } from '../../src/lifecycle/lifecycle.ts';
 
 class FakeSocket extends EventEmitter {
@@ -495,6 +496,25 @@ describe('L10 connection tracking and the limit', () => {
     const next = new FakeSocket();
     assert.ok(t.lifecycle.admitConnection(next as unknown as Socket, 'proxy'), 'room again after one closed');
     assert.equal(next.destroyed, false);
+  });
+
+  test('L10: past the limit a connection is refused without an observer for refusals too', () => {
+    const tracker = new ConnectionTracker({ accepted() {}, closed() {} }, () => 0);
+    tracker.limit = 1;
+    assert.ok(tracker.admit(new FakeSocket() as unknown as Socket, 'proxy'));
+    const refused = new FakeSocket();
+    assert.equal(tracker.admit(refused as unknown as Socket, 'proxy'), undefined);
+    assert.equal(refused.closedBy, 'destroy');
+
+    const lifecycle = new Lifecycle({
+      clock: new ManualClock(),
+      log: { info() {}, warn() {} },
+      hooks: { stopAccepting() {}, shutdown: async () => {} },
+      settings: { minDrainSecs: 0, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10 },
+    });
+    lifecycle.connections.limit = 1;
+    assert.ok(lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'));
+    assert.equal(lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'), undefined);
   });
 
   test('L10: max_connections 0 admits every connection', () => {
