@@ -21,6 +21,7 @@ import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { Clock } from '../lifecycle/clock.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
+import { isHttp2Request } from './context.ts';
 import { loadTlsMaterial, watchTlsFiles } from './tls.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
@@ -158,7 +159,7 @@ export class Listener {
 
   /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
-    if (req.httpVersionMajor !== 2) return this.#lifecycle.connections.get(req.socket);
+    if (!isHttp2Request(req)) return this.#lifecycle.connections.get(req.socket);
     const session = (req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session;
     return this.#generation.sessions.connectionOf(session) ?? this.#sessionConnection(session);
   }

@@ -71,6 +71,10 @@ export function logIfDraining(services: RequestServices, ctx: ExchangeContext, p
   );
 }
 
+const VERSION_NOT_SUPPORTED = JSON.stringify({
+  error: { message: 'HTTP version not supported on this connection: send HTTP/1.1 or HTTP/1.0 (HTTP/2 needs its own connection preface)', type: 'invalid_request_error', code: 'http_version_not_supported' },
+});
+
 export function createRequestHandler(services: RequestServices) {
   const { lifecycle, metrics, logger } = services;
   const recordFinished = createExchangeRecorder(services);
@@ -89,6 +93,16 @@ export function createRequestHandler(services: RequestServices) {
     const ctx = new RequestContext(req, res, listener.name, connection);
     res.once('close', () => finished(ctx));
     const path = pathOf(req.url);
+    // An HTTP/1.1 connection whose request line claims another version ("HTTP/2.0", "HTTP/0.9",
+    // which Node's parser lets through): answered, never routed, and the connection closed.
+    if (ctx.protocol === 'http1' && req.httpVersionMajor !== 1) {
+      ctx.endpoint = 'other';
+      ctx.errorCode = 'http_version_not_supported';
+      metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
+      res.shouldKeepAlive = false;
+      sendJson(ctx, lifecycle, 505, VERSION_NOT_SUPPORTED);
+      return;
+    }
     if (path === '/livez' || path === '/readyz') {
       ctx.endpoint = path.slice(1);
       metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
