@@ -62,6 +62,8 @@ class Generation {
         requestTimeout: Math.round(downstream.request_timeout_secs * 1000),
         connectionsCheckingInterval: 1000,
         noDelay: true,
+        // Answered in requests.ts in the API's error shape (Node's own 400 has no body).
+        requireHostHeader: false,
       });
       http1.on('request', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       http1.on('clientError', sendClientError);
