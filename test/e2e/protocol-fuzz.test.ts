@@ -8,7 +8,7 @@
 //
 // Reproducible and bounded: a fixed seed (printed; SLUICE_FUZZ_SEED changes it) and a small
 // number of runs per property in CI; SLUICE_FUZZ_RUNS=<n> runs n per property (see CONTRIBUTING.md).
-import { after, before, describe, test } from 'node:test';
+import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer as createNetServer, connect as netConnect, type Server as NetServer, type Socket } from 'node:net';
 import { connect as tlsConnect, type TLSSocket } from 'node:tls';
@@ -105,7 +105,17 @@ before(async () => {
   });
   const [hangUrl, slamUrl] = await Promise.all([listen(hang), listen(slam)]);
   clientHello = await captureClientHello();
-  gw = await startGateway({ config: gatewayConfig({}, hangUrl, slamUrl) });
+  gatewayConfigArgs = [{}, hangUrl, slamUrl];
+  gw = await startGateway({ config: gatewayConfig(...gatewayConfigArgs) });
+});
+
+// A crash fails the case that caused it; the next test starts a new gateway rather than failing too.
+let gatewayConfigArgs: Parameters<typeof gatewayConfig> | undefined;
+beforeEach(async () => {
+  if (gw && gatewayConfigArgs && (gw.child.exitCode !== null || gw.child.signalCode !== null)) {
+    console.log(`protocol fuzz: the gateway had exited (${gw.child.exitCode ?? gw.child.signalCode}); starting a new one for the next test`);
+    gw = await startGateway({ config: gatewayConfig(...gatewayConfigArgs) });
+  }
 });
 
 after(async () => {
