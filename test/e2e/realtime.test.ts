@@ -157,6 +157,7 @@ function upgradeRequest(headers: Record<string, string | undefined>, method = 'G
 test('R1/L10: malformed handshakes get a 4xx in the OpenAI shape, the process lives on and in-flight returns to 0', async () => {
   const gw = await startGateway({ config: config() });
   try {
+    mock.reset();
     const inFlight = async () => metricValue(await scrape(gw), 'sluice_in_flight_requests', { endpoint: 'realtime', protocol: 'websocket' }) ?? 0;
     const cases: [string, string, number][] = [
       // Once an uncaught SyntaxError from the WebSocket library that ended the process (exit 70).
