@@ -1,5 +1,5 @@
 // The process-wide lifecycle: one state, one exact in-flight counter, the drain sequence of
-// spec/lifecycle.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
+// docs/graceful-shutdown.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
