@@ -23,7 +23,7 @@ export interface DrainDecision {
 
 /** E5: how a listener takes part in drains. */
 export interface ListenerScope {
-  /** `modify_only` listeners drain only when changed or removed, not on a process drain or health-check fail. */
+  /** `modify_only` listeners are retired only when changed or removed, not by a process drain or health-check fail; a drain that exits still closes them at its end. */
   drainType: 'default' | 'modify_only';
   direction: 'inbound' | 'outbound';
   /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */
