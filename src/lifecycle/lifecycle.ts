@@ -1,5 +1,5 @@
 // The process-wide lifecycle: one state, one exact in-flight counter, the drain sequence of
-// spec/lifecycle.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
+// docs/graceful-shutdown.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
@@ -23,7 +23,7 @@ export interface DrainDecision {
 
 /** E5: how a listener takes part in drains. */
 export interface ListenerScope {
-  /** `modify_only` listeners drain only when changed or removed, not on a process drain or health-check fail. */
+  /** `modify_only` listeners are retired only when changed or removed, not by a process drain or health-check fail; a drain that exits still closes them at its end. */
   drainType: 'default' | 'modify_only';
   direction: 'inbound' | 'outbound';
   /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */

@@ -1,4 +1,4 @@
-// The drain contract (spec/lifecycle.md, rules L1-L10, D3) against the built program: real
+// The drain contract (docs/graceful-shutdown.md, rules L1-L10, D3) against the built program: real
 // signals, real sockets, streams that are still open when the drain begins.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
