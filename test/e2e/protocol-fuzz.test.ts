@@ -275,8 +275,10 @@ async function runUpgrade(g: GatewayProcess, c: UpgradeCase, listener = 'proxy')
 /** The answer must be a 101, or a 4xx/502/504 error in the OpenAI shape; never a 500. */
 function checkUpgradeAnswer(c: UpgradeCase, answer: { statuses: number[]; text: string }): void {
   const what = JSON.stringify(upgradeBytes(c).toString('latin1').slice(0, 400));
+  // The upstream's own refusal is relayed as it is (the mock's `mock_status`).
+  const relayed = Number(/mock_status=(\d+)/.exec(c.target)?.[1]);
   for (const status of answer.statuses) {
-    assert.ok(status === 101 || status === 200 || (status >= 400 && status < 500) || status === 502 || status === 504, `status ${status} for ${what}: ${answer.text.slice(0, 300)}`);
+    assert.ok(status === 101 || status === 200 || (status >= 400 && status < 500) || status === 502 || status === 504 || status === relayed, `status ${status} for ${what}: ${answer.text.slice(0, 300)}`);
   }
   if (c.leave !== 'answered') return;
   const responses = parseResponses(Buffer.from(answer.text, 'latin1')).filter((r) => r.status >= 400 && r.complete);
@@ -361,27 +363,29 @@ describe('WebSocket upgrade requests (R1, L10)', { skip: openssl.skip }, () => {
     await settled(gw, 'h2c upgrade on a model route');
   });
 
-  const headerVariant = (name: string, valid: () => string, invalid: string[]) =>
+  /** A header absent, valid, repeated, invalid or random; valid most of the time, so that some reach the upstream. */
+  const headerVariant = (name: string, valid: fc.Arbitrary<string>, invalid: string[]) =>
     fc.oneof(
-      { weight: 2, arbitrary: fc.constant<[string, string][]>([]) },
-      { weight: 3, arbitrary: fc.constant(0).map((): [string, string][] => [[name, valid()]]) },
-      { weight: 1, arbitrary: fc.constant(0).map((): [string, string][] => [[name, valid()], [name, valid()]]) },
-      { weight: 2, arbitrary: fc.constantFrom(...invalid).map((v): [string, string][] => [[name, v]]) },
+      { weight: 1, arbitrary: fc.constant<[string, string][]>([]) },
+      { weight: 8, arbitrary: valid.map((v): [string, string][] => [[name, v]]) },
+      { weight: 1, arbitrary: fc.tuple(valid, valid).map(([a, b]): [string, string][] => [[name, a], [name, b]]) },
+      { weight: 1, arbitrary: fc.constantFrom(...invalid).map((v): [string, string][] => [[name, v]]) },
       { weight: 1, arbitrary: fc.string({ unit: fc.integer({ min: 0x21, max: 0x7e }).map((c) => String.fromCharCode(c)), maxLength: 30 }).map((v): [string, string][] => [[name, v]]) },
     );
+  const validKey = fc.uint8Array({ minLength: 16, maxLength: 16 }).map((a) => Buffer.from(a).toString('base64'));
   const protocolValue = fc
     .tuple(fc.array(fc.constantFrom('realtime', 'x', 'y', 'openai-insecure-api-key.k', 'openai-beta.realtime-v1', 'a b', '', 'x;y', 'é'), { maxLength: 4 }), fc.constantFrom(', ', ',', ' , '))
     .map(([list, separator]) => list.join(separator));
   const upgradeArbitrary = fc
     .record({
-      method: fc.constantFrom('GET', 'GET', 'GET', 'POST', 'PUT', 'OPTIONS'),
-      target: fc.constantFrom('/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=hang-rt', '/v1/realtime?model=slam-rt', '/v1/realtime?model=rt&mock_status=401', '/v1/realtime', '/v1/realtime?model=echo', '/v1/realtime/', '/v1/models', '/v1/chat/completions'),
-      upgrade: fc.constantFrom<[string, string][]>([['Upgrade', 'websocket']], [['Upgrade', 'WebSocket']], [['Upgrade', 'h2c']], [['Upgrade', 'websocket'], ['Upgrade', 'websocket']], [['Upgrade', 'foo']]),
-      connection: fc.constantFrom<[string, string][]>([['Connection', 'Upgrade']], [['Connection', 'keep-alive, Upgrade']], [['Connection', 'upgrade, close']], []),
-      key: headerVariant('Sec-WebSocket-Key', wsKey, ['', 'AAAA', '!!!!!!!!!!!!!!!!!!!!!!!!', 'dGhlIHNhbXBsZSBub25jZQ==x', 'AAAAAAAAAAAAAAAAAAAAAA==, AAAAAAAAAAAAAAAAAAAAAA==']),
-      version: headerVariant('Sec-WebSocket-Version', () => '13', ['', '0', '8', '13, 8', '14', '-1', '1e3']),
-      protocol: fc.oneof(fc.constant<[string, string][]>([]), protocolValue.map((v): [string, string][] => [['Sec-WebSocket-Protocol', v]]), fc.tuple(protocolValue, protocolValue).map(([a, b]): [string, string][] => [['Sec-WebSocket-Protocol', a], ['Sec-WebSocket-Protocol', b]])),
-      extensions: headerVariant('Sec-WebSocket-Extensions', () => 'permessage-deflate', ['permessage-deflate; client_max_window_bits=99', ';;', 'x-unknown', 'permessage-deflate, permessage-deflate', 'permessage-deflate; server_no_context_takeover=1']),
+      method: fc.constantFrom('GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'POST', 'PUT', 'OPTIONS'),
+      target: fc.constantFrom('/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=hang-rt', '/v1/realtime?model=slam-rt', '/v1/realtime?model=rt&mock_status=401', '/v1/realtime', '/v1/realtime?model=echo', '/v1/realtime/', '/v1/models', '/v1/chat/completions'),
+      upgrade: fc.constantFrom<[string, string][]>([['Upgrade', 'websocket']], [['Upgrade', 'websocket']], [['Upgrade', 'websocket']], [['Upgrade', 'WebSocket']], [['Upgrade', 'h2c']], [['Upgrade', 'websocket'], ['Upgrade', 'websocket']], [['Upgrade', 'foo']]),
+      connection: fc.constantFrom<[string, string][]>([['Connection', 'Upgrade']], [['Connection', 'Upgrade']], [['Connection', 'Upgrade']], [['Connection', 'keep-alive, Upgrade']], [['Connection', 'upgrade, close']], []),
+      key: headerVariant('Sec-WebSocket-Key', validKey, ['', 'AAAA', '!!!!!!!!!!!!!!!!!!!!!!!!', 'dGhlIHNhbXBsZSBub25jZQ==x', 'AAAAAAAAAAAAAAAAAAAAAA==, AAAAAAAAAAAAAAAAAAAAAA==']),
+      version: headerVariant('Sec-WebSocket-Version', fc.constant('13'), ['', '0', '8', '13, 8', '14', '-1', '1e3']),
+      protocol: fc.oneof(fc.constant<[string, string][]>([]), fc.constant<[string, string][]>([]), protocolValue.map((v): [string, string][] => [['Sec-WebSocket-Protocol', v]]), fc.tuple(protocolValue, protocolValue).map(([a, b]): [string, string][] => [['Sec-WebSocket-Protocol', a], ['Sec-WebSocket-Protocol', b]])),
+      extensions: headerVariant('Sec-WebSocket-Extensions', fc.constant('permessage-deflate'), ['permessage-deflate; client_max_window_bits=99', ';;', 'x-unknown', 'permessage-deflate, permessage-deflate', 'permessage-deflate; server_no_context_takeover=1']),
       body: fc.oneof({ weight: 4, arbitrary: fc.constant(Buffer.alloc(0)) }, { weight: 1, arbitrary: fc.uint8Array({ minLength: 1, maxLength: 64 }).map((a) => Buffer.from(a)) }),
       before: fc.constantFrom('', '', '', 'GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n'),
       leave: fc.constantFrom<UpgradeCase['leave']>('answered', 'answered', 'answered', 'immediately', 'half-close'),
@@ -486,11 +490,11 @@ describe('HTTP/2 frames (R1, L10)', { skip: openssl.skip }, () => {
       const ca = tls?.ca;
       await fc.assert(
         fc.asyncProperty(fc.uint8Array({ minLength: 1, maxLength: 200 }), fc.boolean(), async (noise, afterPreface) => {
-          if (afterPreface) await h2Case(url, ca, [Buffer.from(noise)], 500);
+          if (afterPreface) await h2Case(url, ca, [Buffer.from(noise)], 150);
           else {
             const conn = await openRawH2(url, { preface: false, ...(ca ? { tls: { ca } } : {}) });
             conn.write(Buffer.concat([PREFACE.subarray(0, noise[0]! % PREFACE.length), Buffer.from(noise)]));
-            await Promise.race([conn.closed, new Promise((r) => setTimeout(r, 500))]);
+            await Promise.race([conn.closed, new Promise((r) => setTimeout(r, 150))]);
             conn.destroy();
           }
           await backToBaseline(gw, `${name}: garbage`);
@@ -644,7 +648,7 @@ describe('TLS (R1, L10)', { skip: openssl.skip }, () => {
           ),
           fc.boolean(),
           async (bytes, end) => {
-            await tlsRaw(url, bytes, 300, end);
+            await tlsRaw(url, bytes, 150, end);
             await backToBaseline(gw, `${listener}: TLS bytes ${bytes.subarray(0, 16).toString('hex')}`);
           },
         ),
@@ -685,11 +689,11 @@ describe('TLS (R1, L10)', { skip: openssl.skip }, () => {
       });
       socket.on('error', () => socket.destroy());
       const outcomes: string[] = [];
-      for (let i = 0; i < 6 && !socket.destroyed; i++) {
+      for (let i = 0; i < 5 && !socket.destroyed; i++) {
         outcomes.push(await new Promise<string>((resolve) => {
           const ok = socket.renegotiate({ rejectUnauthorized: false }, (error) => resolve(error ? `error: ${error.message}` : 'renegotiated'));
           if (!ok) resolve('not started');
-          setTimeout(() => resolve('no answer'), 1000);
+          setTimeout(() => resolve('no answer'), 400);
         }));
       }
       console.log(`protocol fuzz ${listener}: renegotiation outcomes ${JSON.stringify(outcomes)}`);
@@ -801,7 +805,7 @@ describe('HTTP/1.1 framing (R1, L10)', { skip: openssl.skip }, () => {
       }
       // The same line as an upgrade request.
       const upgrade = upgradeBytes(upgradeCase([])).toString('latin1').replace('HTTP/1.1', version);
-      await rawExchange(urlOf(gw, 'proxy'), upgrade, { timeoutMs: 2000 });
+      await rawExchange(urlOf(gw, 'proxy'), upgrade, { timeoutMs: 500 });
       assertAlive(gw, `${version} upgrade`);
       await settled(gw, `${version} request line`);
     }
@@ -812,7 +816,7 @@ describe('HTTP/1.1 framing (R1, L10)', { skip: openssl.skip }, () => {
     for (const text of HOSTILE_FRAMING) {
       for (const leave of ['wait', 'half-close'] as const) {
         const result = await rawExchange(urlOf(gw, 'proxy'), undefined, {
-          timeoutMs: 1500,
+          timeoutMs: 500,
           drive: (socket) => {
             socket.write(text);
             if (leave === 'half-close') socket.end();
@@ -849,7 +853,7 @@ describe('HTTP/1.1 framing (R1, L10)', { skip: openssl.skip }, () => {
           const bytes = Buffer.from(requests.join(''), 'latin1');
           const cuts = [...new Set(splits.map((s) => s % bytes.length))].sort((a, b) => a - b);
           const result = await rawExchange(urlOf(gw, 'proxy'), undefined, {
-            timeoutMs: 1500,
+            timeoutMs: 600,
             drive: async (socket) => {
               let at = 0;
               for (const cut of [...cuts, bytes.length]) {
@@ -893,17 +897,22 @@ describe('hostile input during the drain (R1, L7, L4, L10)', { skip: openssl.ski
       await g.waitForLog((l) => l.event === 'drain_started');
       const signalledAt = Date.now();
 
-      // L4: the GOAWAY notice (largest id); a stream opened after it is still served.
+      // L4: the GOAWAY notice (largest id), then the final one after drain_timeout_secs (1 s).
       const notice = await before.waitFor((f) => f.type === FrameType.GOAWAY, 3000);
       assert.ok(notice, 'GOAWAY notice');
+      // A stream that crossed the notice: served, or declared unprocessed by the final GOAWAY (its
+      // last stream id below the stream's), so that the client knows it may retry. Never left hanging.
       before.write(headers(3, requestFields('GET', '/v1/models'), { endStream: true }));
-      assert.ok(await before.waitFor((f) => f.type === FrameType.DATA && f.streamId === 3 && (f.flags & Flag.END_STREAM) !== 0, 5000), 'stream 3, opened after the notice, is served');
-      // The final GOAWAY after drain_timeout_secs (1 s) carries the real last id; streams past it.
       const final = await before.waitFor((f) => f.type === FrameType.GOAWAY && (f.payload.readUInt32BE(0) & 0x7fffffff) < 0x7fffffff, 5000);
-      const lastId = final ? final.payload.readUInt32BE(0) & 0x7fffffff : undefined;
+      assert.ok(final, 'the final GOAWAY');
+      const lastId = final.payload.readUInt32BE(0) & 0x7fffffff;
+      const served3 = before.frames.some((f) => f.type === FrameType.DATA && f.streamId === 3 && (f.flags & Flag.END_STREAM) !== 0);
+      assert.ok(served3 || lastId < 3, `stream 3 neither served nor declared unprocessed (last stream id ${lastId})`);
+      console.log(`protocol fuzz drain: a stream opened after the GOAWAY notice was ${served3 ? 'served' : `not processed (final GOAWAY last id ${lastId})`}`);
+      // Streams opened past the final GOAWAY's id (upstream requests that would take 60 s).
       for (let id = 5; id < 25; id += 2) before.write(headers(id, chatFields([['x-mock', '{"headersDelayMs":60000}']]), { endStream: false }));
       await Promise.race([before.closed, new Promise((r) => setTimeout(r, 1000))]);
-      const servedPast = before.frames.filter((f) => f.type === FrameType.HEADERS && f.streamId > (lastId ?? 3));
+      const servedPast = before.frames.filter((f) => f.type === FrameType.HEADERS && f.streamId > lastId);
       assert.equal(servedPast.length, 0, `streams past the GOAWAY id ${lastId} were answered`);
       before.destroy();
 
