@@ -158,8 +158,10 @@ test('default settings (window 30 s, drain timeouts 5 s, proactive drain): the R
     const h2Sse = h2Post(h2, chat({ stream: true }), mockHeader({ chunks: H2_SSE_CHUNKS, sseIntervalMs: 500 }))
       .then((r) => ({ ...r, at: Date.now(), error: undefined }))
       .catch((error: unknown) => ({ status: 0, body: '', at: Date.now(), error: String(error) }));
-    // Both streams (and the session) have reached the upstream before the signal.
-    await mock.waitFor((r) => r.length >= before + 2, 5000);
+    // Both streams have reached the upstream before the signal.
+    const upstreamHas = (chunks: number) => (r: typeof mock.received) => r.slice(before).some((x) => String(x.headers['x-mock']).includes(`"chunks":${chunks},`));
+    await mock.waitFor(upstreamHas(SSE_CHUNKS), 5000);
+    await mock.waitFor(upstreamHas(H2_SSE_CHUNKS), 5000);
 
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
@@ -246,7 +248,7 @@ test('default settings (window 30 s, drain timeouts 5 s, proactive drain): the R
     const during = pooled.filter((r) => r.sentAt >= drainSeenAt);
     const failures = pooled.filter((r) => r.error !== undefined || r.status !== 200);
     assert.deepEqual(failures, [], 'the pooled client lost requests');
-    assert.ok(during.length >= 35, `only ${during.length} pooled requests during the drain`);
+    assert.ok(during.length >= 30, `only ${during.length} pooled requests during the drain`);
     assert.ok(during.some((r) => r.sentAt - signalledAt > SESSION_UNTIL_MS - 2000), 'the pooled client ran until the session closed');
     const kept = during.filter((r) => r.connection !== 'close');
     assert.deepEqual(kept, [], 'responses during the drain without Connection: close');
@@ -256,17 +258,18 @@ test('default settings (window 30 s, drain timeouts 5 s, proactive drain): the R
 
     // The session is still up: the client ends it, and the process then exits 0 by itself.
     assert.equal(gw.child.exitCode, null, 'the process exited while the session was open');
+    const reasons = await closeReasons(gw);
     const closingAt = Date.now();
     realtime.ws.close(1000, 'client done');
     const closed = await realtime.closed;
     assert.equal(closed.code, 1000, `the session closed with ${closed.code} "${closed.reason}"`);
     for (const session of sessions) session.close();
-    const exit = await Promise.race([gw.exited, sleep(15_000).then(() => undefined)]);
-    assert.ok(exit, `still running 15 s after the last session closed; last lines: ${gw.stdout().slice(-1500)}`);
+    await eventually(() => gw.child.exitCode !== null || gw.child.signalCode !== null, 15_000, 'the process to exit by itself after the session closed');
+    const exit = await gw.exited;
     assert.equal(exit.code, 0, gw.stderr());
     console.log(
       `default drain: exit ${exit.at - signalledAt} ms after the signal (${exit.at - closingAt} ms after the session closed); ` +
-        `${exchanges} Realtime exchanges, ${during.length} pooled requests and ${h2Results.length} HTTP/2 requests during the drain`,
+        `${exchanges} Realtime exchanges, ${during.length} pooled requests and ${h2Results.length} HTTP/2 requests during the drain; ${reasons}`,
     );
   } finally {
     stop = true;
