@@ -83,9 +83,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       stopAccepting: (include) => {
         for (const listener of listeners) if (!include || include(listener.name)) listener.stopAccepting();
       },
-      shutdown: async () => {
-        // L9: pools close once their requests are done (nothing is in flight by now).
-        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => p.close()));
+      shutdown: async (forced) => {
+        // L9: pools close once their requests are done (nothing is in flight by now); a forced end
+        // (L8) aborts what is still going upstream instead of waiting for it.
+        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())));
         await workers?.stopped(WORKER_EXIT_GRACE_MS);
         flushLogger(logger);
       },
@@ -107,7 +108,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   lifecycle.connections.limit = config.downstream.max_connections;
   const gateway = new Gateway(createRouting(config), {
     decision: lifecycle,
-    trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });

@@ -58,7 +58,7 @@ const listener = z.strictObject({
    * HTTP/2 with prior knowledge (h2c); with both, each connection's first bytes decide.
    */
   protocols: z.array(z.enum(['http1', 'h2'])).min(1, 'expected at least one of "http1", "h2"').optional(),
-  /** E5: `modify_only` listeners drain only when changed or removed (not on SIGTERM or health-check fail). */
+  /** E5: `modify_only` listeners are retired only when changed or removed (not by SIGTERM or health-check fail; a drain that exits still closes them at its end). */
   drain_type: z.enum(['default', 'modify_only']).default('default'),
   /** E4: `inboundonly` admin drains leave `outbound` listeners alone. */
   direction: z.enum(['inbound', 'outbound']).default('inbound'),

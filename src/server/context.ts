@@ -3,6 +3,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
+import type { ForceEndable } from '../lifecycle/lifecycle.ts';
 
 export interface Usage {
   prompt: number;
@@ -56,6 +57,8 @@ export class ExchangeContext {
 /** An HTTP request and its response. */
 export class RequestContext extends ExchangeContext {
   readonly res: ServerResponse;
+  /** What ends this request when the drain is forced (L8), when it knows better than a bare 503. */
+  forceEnder: ForceEndable | undefined = undefined;
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);

@@ -8,7 +8,8 @@ import { liveness, readiness, type HealthCheck } from '../lifecycle/health.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog } from '../telemetry/access-log.ts';
 import { RequestContext, type ExchangeContext } from './context.ts';
-import { sendJson } from './respond.ts';
+import { sendError, sendJson } from './respond.ts';
+import { errors } from '../gateway/errors.ts';
 import { clientErrorCodes } from './client-error.ts';
 import type { Listener } from './listener.ts';
 
@@ -75,6 +76,17 @@ export function createRequestHandler(services: RequestServices) {
   const { lifecycle, metrics, logger } = services;
   const recordFinished = createExchangeRecorder(services);
 
+  /**
+   * L8: a forced drain ends every request in flight with an explicit error. The relay of a proxied
+   * request knows how (it also aborts the upstream request); anything else that has not answered
+   * yet (still reading the body, say) gets a 503 in the OpenAI shape.
+   */
+  function forceEnd(ctx: RequestContext, reason: string): void {
+    if (ctx.forceEnder) return ctx.forceEnder.forceEnd(reason);
+    if (!ctx.res.headersSent) sendError(ctx, lifecycle, errors.drainForced());
+    else ctx.res.destroy();
+  }
+
   function finished(ctx: RequestContext): void {
     const res = ctx.res;
     ctx.errorCode ||= clientErrorCodes.get(res) ?? '';
@@ -87,7 +99,11 @@ export function createRequestHandler(services: RequestServices) {
     const connection = listener.connectionOf(req);
     lifecycle.requestStarted(connection);
     const ctx = new RequestContext(req, res, listener.name, connection);
-    res.once('close', () => finished(ctx));
+    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason) });
+    res.once('close', () => {
+      untrack();
+      finished(ctx);
+    });
     const path = pathOf(req.url);
     if (path === '/livez' || path === '/readyz') {
       ctx.endpoint = path.slice(1);

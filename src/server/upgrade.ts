@@ -5,6 +5,7 @@ import type { Duplex } from 'node:stream';
 import { UpgradeContext } from './context.ts';
 import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
 import type { Listener } from './listener.ts';
+import { errors } from '../gateway/errors.ts';
 
 export interface UpgradeRoute {
   /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
@@ -35,14 +36,27 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
     logIfDraining(services, ctx, path);
     let done = false;
+    // L8: a handshake still waiting (for the upstream's answer) when the drain is forced is refused
+    // with a 503; an accepted session is closed by its own force-end (1001).
+    const untrack = lifecycle.trackForceEndable({
+      forceEnd: () => {
+        if (ctx.status !== 0) return;
+        const error = errors.drainForced();
+        ctx.errorCode = error.code;
+        ctx.status = error.status;
+        rejectUpgrade(socket, error.status, 'Service Unavailable', error.body());
+      },
+    });
     const finished = (status: number) => {
       if (done) return;
       done = true;
+      untrack();
       recordFinished(ctx, status);
     };
     socket.on('error', () => socket.destroy());
     if (!route) {
       ctx.errorCode = 'unknown_path';
+      ctx.status = 404;
       rejectUpgrade(socket, 404, 'Not Found', JSON.stringify({ error: { message: `no WebSocket route for ${path}`, type: 'not_found_error', code: 'unknown_path' } }));
       socket.once('close', () => finished(404));
       return;

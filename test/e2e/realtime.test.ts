@@ -247,6 +247,27 @@ test('L7: a WebSocket session keeps the process up until it closes, and an upgra
   }
 });
 
+test('L8: a handshake still waiting for its upstream when the drain is forced is refused with a 503 drain_forced', async () => {
+  const gw = await startGateway({ config: config({ min_drain_secs: 0 }) });
+  try {
+    mock.reset();
+    const pending = rawExchange(gw, upgradeRequest({}, 'GET', '/v1/realtime?model=rt&mock_hang=1'));
+    await eventually(async () => metricValue(await scrape(gw), 'sluice_in_flight_requests', { endpoint: 'realtime', protocol: 'websocket' }) === 1, 3000, 'handshake in flight');
+    gw.signal('SIGTERM');
+    await gw.waitForLog((l) => l.event === 'drain_progress');
+    const secondAt = Date.now();
+    gw.signal('SIGTERM');
+    const answer = await pending;
+    assert.equal(answer.status, 503, answer.head);
+    assert.equal((JSON.parse(answer.body) as { error: { code: string } }).error.code, 'drain_forced');
+    const exit = await gw.exited;
+    assert.equal(exit.code, 1);
+    assert.ok(exit.at - secondAt < 1500, `exit took ${exit.at - secondAt} ms after the second signal`);
+  } finally {
+    await gw.stop();
+  }
+});
+
 test('L8: a second signal closes open sessions with 1001 and the process exits', async () => {
   const gw = await startGateway({ config: config({ min_drain_secs: 0 }) });
   try {
