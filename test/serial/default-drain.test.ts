@@ -126,7 +126,7 @@ interface PooledResult {
   error?: string;
 }
 
-test('default settings (window 30 s, drain timeouts 5 s, proactive drain): the Realtime session, an SSE stream, HTTP/2 and an idle pooled client all get through a drain of about 40 s; the process then exits 0', { timeout: 120_000 }, async () => {
+test('L1/L2/L3/L4/L5/L7/E2/E3 at the default settings (window 30 s, drain timeouts 5 s, proactive drain): the Realtime session, an SSE stream, HTTP/2 and an idle pooled client all get through a drain of about 40 s; the process then exits 0', { timeout: 120_000 }, async () => {
   const gw = await startGateway({ config: config() });
   const h2Url = gw.urls.h2c!;
   const pool = new Agent({ keepAlive: true, maxSockets: 4 });
