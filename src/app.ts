@@ -97,7 +97,12 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     settings: drainSettings(config),
     hooks: {
       stopAccepting: (include) => {
-        for (const listener of listeners) if (!include || include(listener.name)) listener.stopAccepting();
+        for (const listener of listeners) {
+          if (include && !include(listener.name)) continue;
+          // Closed by the drain: a reload that is abandoned must not open it again.
+          swapping.delete(listener);
+          listener.stopAccepting();
+        }
       },
       shutdown: async () => {
         // L9: pools close once their requests are done (nothing is in flight by now).
@@ -262,7 +267,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       try {
         for (const listener of opened) listener.discard();
         for (const listener of stopped) {
-          swapping.delete(listener);
+          if (!swapping.delete(listener)) continue;
           await listener.listen().catch((error: unknown) =>
             logger.error({ event: 'listener_reopen_failed', listener: listener.name, address: listener.configuredAddress, reason: (error as Error).message }, 'the previous listener could not listen again'),
           );
@@ -317,41 +322,45 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         commit: () => {
           if (settled) throw new Error('this reload was already settled');
           settled = true;
-          const previous = gateway.routing;
-          gateway.setRouting(nextRouting);
-          for (const [name, provider] of previous.providers) {
-            if (nextRouting.providers.get(name) !== provider) void provider.close();
+          try {
+            const previous = gateway.routing;
+            gateway.setRouting(nextRouting);
+            for (const [name, provider] of previous.providers) {
+              if (nextRouting.providers.get(name) !== provider) void provider.close();
+            }
+            lifecycle.updateSettings(drainSettings(next));
+            lifecycle.connections.limit = next.downstream.max_connections;
+            registerScopes(next);
+            admin = createAdmin(next);
+            accessLog.setLogger(next.log.access_log ? loggers.access : undefined);
+            logger.level = loggers.access.level = next.log.level;
+            for (const step of reconfigure) step(trigger);
+            for (const g of removed) {
+              swapping.delete(g);
+              bound.delete(g);
+              g.stopAccepting();
+              g.retireConnections();
+              const replaced = next.listeners.some((l) => l.name === g.name);
+              if (!replaced) logger.info({ event: 'listener_removed', listener: g.name }, 'listener removed; its connections are retired');
+            }
+            for (const fresh of opened) {
+              fresh.release();
+              const address = fresh.address();
+              const where = address ? formatAddress(address.address, address.port) : fresh.configuredAddress;
+              bound.set(fresh, where);
+              logStarted({ name: fresh.name, role: fresh.role, address: where });
+            }
+            listeners = kept;
+            current = next;
+            metrics.configReloads.labels('success').inc();
+            metrics.configLastReloadSuccessful.set(1);
+            logger.info(
+              { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
+              'configuration reloaded',
+            );
+          } finally {
+            release();
           }
-          lifecycle.updateSettings(drainSettings(next));
-          lifecycle.connections.limit = next.downstream.max_connections;
-          registerScopes(next);
-          admin = createAdmin(next);
-          accessLog.setLogger(next.log.access_log ? loggers.access : undefined);
-          logger.level = loggers.access.level = next.log.level;
-          for (const step of reconfigure) step(trigger);
-          for (const g of removed) {
-            swapping.delete(g);
-            g.stopAccepting();
-            g.retireConnections();
-            const replaced = next.listeners.some((l) => l.name === g.name);
-            if (!replaced) logger.info({ event: 'listener_removed', listener: g.name }, 'listener removed; its connections are retired');
-          }
-          for (const fresh of opened) {
-            fresh.release();
-            const address = fresh.address();
-            const where = address ? formatAddress(address.address, address.port) : fresh.configuredAddress;
-            bound.set(fresh, where);
-            logStarted({ name: fresh.name, role: fresh.role, address: where });
-          }
-          listeners = kept;
-          current = next;
-          metrics.configReloads.labels('success').inc();
-          metrics.configLastReloadSuccessful.set(1);
-          logger.info(
-            { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
-            'configuration reloaded',
-          );
-          release();
         },
       };
     } catch (error) {
