@@ -308,8 +308,11 @@ export class Listener {
   /** A socket accepted (or, on TLS, handshaken): served, held until a reload commits, or closed. */
   #arrived(socket: Socket, serve: () => void): void {
     if (this.#discarded) socket.destroy();
-    else if (this.#held) this.#held.push(socket);
-    else serve();
+    else if (this.#held) {
+      // Nothing reads it yet: a reset meanwhile must not become an uncaught 'error' (R1).
+      socket.on('error', () => {});
+      this.#held.push(socket);
+    } else serve();
   }
 
   /** Serves a socket that was held (see `listen({ hold: true })`). */
