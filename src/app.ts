@@ -1,5 +1,6 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
-// applies a new config to it (E6). Holds the wiring only; each behaviour lives in its own module.
+// applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
+// lives in its own module.
 import { parseAddress, withListenersOf, type Config } from './config/schema.ts';
 import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
 import { systemClock } from './lifecycle/clock.ts';
