@@ -1,13 +1,14 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
-// applies a new config to it (E6). Holds the wiring only; each behaviour lives in its own module.
-import { withListenersOf, type Config } from './config/schema.ts';
+// applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
+// lives in its own module.
+import { parseAddress, withListenersOf, type Config } from './config/schema.ts';
 import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics, type MetricsJson } from './telemetry/metrics.ts';
 import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
-import { Gateway, createRouting } from './gateway/gateway.ts';
+import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { createRequestHandler } from './server/requests.ts';
@@ -22,8 +23,15 @@ export interface RunningGateway {
   drain(trigger: string): Promise<number>;
   /** L8: a second signal ends the drain now. */
   force(reason: string): void;
-  /** E6: applies a validated new config without a restart. */
-  reload(next: Config, trigger: string): Promise<void>;
+  /**
+   * E6/E6a: applies a validated new config without a restart, all or nothing. Resolves false when
+   * it could not be applied (already logged and counted; the previous config keeps serving).
+   */
+  reload(next: Config, trigger: string): Promise<boolean>;
+  /** E6a: the first half of `reload()`, for a worker that commits when its supervisor says so. */
+  prepareReload(next: Config, trigger: string): Promise<PreparedReload>;
+  /** Logs (`config_reload_failed`) and counts a reload that could not be applied. */
+  reloadFailed(reason: string, fields?: object): void;
   /** A new config was refused: the last good one keeps serving. */
   reloadRejected(): void;
   /** This process's state, as GET /server_info reports it. */
@@ -32,6 +40,14 @@ export interface RunningGateway {
   metricsJson(): Promise<MetricsJson>;
   /** Where each listener of this process listens (`host:port`, the port bound when 0 was asked). */
   boundListeners(): BoundListener[];
+}
+
+/** A reload whose every fallible step has succeeded: nothing has switched yet. */
+export interface PreparedReload {
+  /** Switches to the new config. Cannot fail. */
+  commit(): void;
+  /** Closes what the prepare opened; the previous config serves as before. */
+  abort(): Promise<void>;
 }
 
 export interface GatewayOptions {
@@ -57,6 +73,7 @@ function drainSettings(config: Config): DrainSettings {
     idleTimeoutSecs: config.downstream.idle_timeout_secs,
     drainStrategy: config.shutdown.drain_strategy,
     drainTimeSecs: config.shutdown.drain_time_secs,
+    resetUpgradedOnProactiveDrain: config.shutdown.reset_upgraded_on_proactive_drain,
     connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
   };
 }
@@ -74,17 +91,25 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const config = own(fullConfig);
   let current = config;
   let listeners: Listener[] = [];
+  /** E6a: listeners closed for a moment while a replacement binds their address: still "up" for /readyz. */
+  const swapping = new Set<Listener>();
   const lifecycle = new Lifecycle({
     clock: systemClock,
     log: logger,
     settings: drainSettings(config),
     hooks: {
       stopAccepting: (include) => {
-        for (const listener of listeners) if (!include || include(listener.name)) listener.stopAccepting();
+        for (const listener of listeners) {
+          if (include && !include(listener.name)) continue;
+          // Closed by the drain: a reload that is abandoned must not open it again.
+          swapping.delete(listener);
+          listener.stopAccepting();
+        }
       },
-      shutdown: async () => {
-        // L9: pools close once their requests are done (nothing is in flight by now).
-        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => p.close()));
+      shutdown: async (forced) => {
+        // L9: pools close once their requests are done (nothing is in flight by now); a forced end
+        // (L8) aborts what is still going upstream instead of waiting for it.
+        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())));
         await workers?.stopped(WORKER_EXIT_GRACE_MS);
         flushLogger(logger);
       },
@@ -106,14 +131,13 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   lifecycle.connections.limit = config.downstream.max_connections;
   const gateway = new Gateway(createRouting(config), {
     decision: lifecycle,
-    trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: true },
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
-    { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
+    { name: 'listeners_up', ok: listeners.every((l) => l.accepting || swapping.has(l)) },
     { name: 'not_draining', ok: !lifecycle.draining },
     ...(workers ? [{ name: 'workers_ready', ok: workers.allReady() }] : []),
   ];
@@ -203,63 +227,188 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     );
   }
 
+  /** Logs and counts a reload that was refused or could not be applied: the previous config keeps serving. */
+  const reloadFailed = (reason: string, fields: object = {}) => {
+    metrics.configReloads.labels('failure').inc();
+    metrics.configLastReloadSuccessful.set(0);
+    logger.error({ event: 'config_reload_failed', reason, ...fields }, `applying the new configuration failed; the previous one keeps serving: ${reason}`);
+  };
+
+  // One reload at a time, from its prepare until its commit or abort: a second SIGHUP (or a
+  // worker's next prepare) waits for the first to be settled.
+  let reloadQueue: Promise<void> = Promise.resolve();
+  const reloadTurn = (): Promise<() => void> => {
+    let done!: () => void;
+    const previous = reloadQueue;
+    reloadQueue = new Promise<void>((resolve) => (done = resolve));
+    return previous.then(() => done);
+  };
+
   /**
-   * E6: models, providers and keys swap atomically between requests; a listener whose settings
-   * changed keeps its listening socket and retires the old settings' connections; a removed
-   * listener stops accepting and retires its connections; a removed or changed provider gets no
-   * new requests and its pool closes when its last request ends.
+   * E6a: prepares a reload completely without changing what serves: builds the routing (new
+   * providers), loads every TLS certificate/key pair the new config names, and binds every new
+   * listening socket (its connections held until the commit). Throws, having undone all of that,
+   * when a step fails. The returned commit switches everything and cannot fail.
+   *
+   * A listener replaced on the same address (TLS switched on or off, another role, or the address
+   * handed from a removed or renamed listener) cannot be bound while the old socket listens. Its
+   * bind is therefore the last step of the prepare: the old socket stops accepting, the new one
+   * binds, and if that fails the old one listens again and keeps serving (connections that arrive
+   * in that moment are refused). A listener whose address and TLS-ness stay keeps its socket and
+   * only takes new protocol settings (`prepareReconfigure`), so nothing is refused there.
    */
-  async function reload(nextFull: Config, trigger: string): Promise<void> {
+  async function prepareReload(next: Config, trigger: string): Promise<PreparedReload> {
+    const release = await reloadTurn();
+    const opened: Listener[] = [];
+    const stopped: Listener[] = [];
+    let routing: Routing | undefined;
+    let settled = false;
+    const abort = async (): Promise<void> => {
+      if (settled) return;
+      settled = true;
+      try {
+        for (const listener of opened) listener.discard();
+        for (const listener of stopped) {
+          if (!swapping.delete(listener)) continue;
+          await listener.listen().catch((error: unknown) =>
+            logger.error({ event: 'listener_reopen_failed', listener: listener.name, address: listener.configuredAddress, reason: (error as Error).message }, 'the previous listener could not listen again'),
+          );
+        }
+        // Providers built for the new config only: nothing was routed to them.
+        for (const [name, provider] of routing?.providers ?? []) if (gateway.routing.providers.get(name) !== provider) void provider.close();
+      } finally {
+        release();
+      }
+    };
+    try {
+      routing = createRouting(next, { config: current, routing: gateway.routing });
+      const old = new Map(listeners.map((l) => [l.name, l]));
+      const reconfigure: ((trigger: string) => void)[] = [];
+      const kept: Listener[] = [];
+      const deferred: Listener[] = [];
+      for (const l of next.listeners) {
+        const existing = old.get(l.name);
+        // Throws when the TLS material cannot be loaded.
+        const step = existing?.prepareReconfigure(l, next.downstream);
+        if (existing && step) {
+          old.delete(l.name);
+          reconfigure.push(step);
+          kept.push(existing);
+          continue;
+        }
+        const fresh = new Listener(l, next.downstream, lifecycle, systemClock, logger, handlersFor(l.role));
+        opened.push(fresh);
+        kept.push(fresh);
+        deferred.push(fresh);
+      }
+      // Old listeners not kept (replaced or removed): their addresses are free only once they stop.
+      const going = [...old.values()];
+      // (An old listener configured with port 0 frees the port it was given.)
+      const freedBy = (fresh: Listener) =>
+        going.filter((g) => fresh.configuredAddress === bound.get(g) || (g.configuredAddress === fresh.configuredAddress && parseAddress(g.configuredAddress)?.port !== 0));
+      for (const fresh of deferred.filter((f) => freedBy(f).length === 0)) await fresh.listen({ hold: true });
+      // The last fallible step: same-address replacements.
+      for (const fresh of deferred.filter((f) => freedBy(f).length > 0)) {
+        for (const g of freedBy(fresh)) {
+          if (!g.accepting) continue;
+          swapping.add(g);
+          stopped.push(g);
+          g.stopAccepting();
+        }
+        await fresh.listen({ hold: true });
+      }
+      const removed = going;
+      const nextRouting = routing;
+      return {
+        abort,
+        commit: () => {
+          if (settled) throw new Error('this reload was already settled');
+          settled = true;
+          try {
+            const previous = gateway.routing;
+            gateway.setRouting(nextRouting);
+            for (const [name, provider] of previous.providers) {
+              if (nextRouting.providers.get(name) !== provider) void provider.close();
+            }
+            lifecycle.updateSettings(drainSettings(next));
+            lifecycle.connections.limit = next.downstream.max_connections;
+            registerScopes(next);
+            admin = createAdmin(next);
+            accessLog.setLogger(next.log.access_log ? loggers.access : undefined);
+            logger.level = loggers.access.level = next.log.level;
+            for (const step of reconfigure) step(trigger);
+            for (const g of removed) {
+              swapping.delete(g);
+              bound.delete(g);
+              g.stopAccepting();
+              g.retireConnections();
+              const replaced = next.listeners.some((l) => l.name === g.name);
+              if (!replaced) logger.info({ event: 'listener_removed', listener: g.name }, 'listener removed; its connections are retired');
+            }
+            for (const fresh of opened) {
+              fresh.release();
+              const address = fresh.address();
+              const where = address ? formatAddress(address.address, address.port) : fresh.configuredAddress;
+              bound.set(fresh, where);
+              logStarted({ name: fresh.name, role: fresh.role, address: where });
+            }
+            listeners = kept;
+            current = next;
+            metrics.configReloads.labels('success').inc();
+            metrics.configLastReloadSuccessful.set(1);
+            logger.info(
+              { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
+              'configuration reloaded',
+            );
+          } finally {
+            release();
+          }
+        },
+      };
+    } catch (error) {
+      await abort();
+      throw error;
+    }
+  }
+
+  /**
+   * E6/E6a: applies a validated config all or nothing. Models, providers and keys swap atomically
+   * between requests; a listener whose settings changed keeps its listening socket and retires the
+   * old settings' connections; a removed listener stops accepting and retires its connections; a
+   * removed or changed provider gets no new requests and its pool closes when its last request
+   * ends. With workers, every worker prepares its share first, and only when all of them (and this
+   * process) have prepared does any of them switch. Resolves false when the reload failed (logged
+   * and counted): then nothing changed anywhere.
+   */
+  async function reload(nextFull: Config, trigger: string): Promise<boolean> {
+    if (workers && nextFull.workers !== fullConfig.workers) {
+      logger.warn({ event: 'config_reload_partial', key: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
+    }
+    let prepared: PreparedReload;
+    try {
+      prepared = await prepareReload(own(nextFull), trigger);
+    } catch (error) {
+      reloadFailed((error as Error).message, { trigger });
+      return false;
+    }
     if (workers) {
-      if (nextFull.workers !== fullConfig.workers) {
-        logger.warn({ event: 'config_reload_partial', key: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
+      const problems = await workers.prepareReload(nextFull, trigger);
+      if (problems.length > 0) {
+        workers.finishReload(false);
+        await prepared.abort();
+        reloadFailed(problems.map((p) => `worker ${p.worker}: ${p.reason}`).join('; '), { trigger, workers_failed: problems });
+        return false;
       }
-      workers.reload(nextFull, trigger);
     }
-    const next = own(nextFull);
-    const previous = { config: current, routing: gateway.routing };
-    gateway.setRouting(createRouting(next, previous));
-    for (const [name, provider] of previous.routing.providers) {
-      if (gateway.routing.providers.get(name) !== provider) void provider.close();
+    if (lifecycle.draining) {
+      workers?.finishReload(false);
+      await prepared.abort();
+      reloadFailed('the process began draining during the reload', { trigger });
+      return false;
     }
-    lifecycle.updateSettings(drainSettings(next));
-    lifecycle.connections.limit = next.downstream.max_connections;
-    registerScopes(next);
-    admin = createAdmin(next);
-    accessLog.setLogger(next.log.access_log ? loggers.access : undefined);
-    logger.level = loggers.access.level = next.log.level;
-    const old = new Map(listeners.map((l) => [l.name, l]));
-    const kept: Listener[] = [];
-    for (const l of next.listeners) {
-      const existing = old.get(l.name);
-      old.delete(l.name);
-      if (existing?.reconfigure(l, next.downstream)) {
-        existing.reloadCertificates(trigger);
-        kept.push(existing);
-        continue;
-      }
-      if (existing) {
-        // Another address, or TLS switched: the old listener goes, its connections are retired.
-        existing.stopAccepting();
-        existing.retireConnections();
-      }
-      const fresh = new Listener(l, next.downstream, lifecycle, systemClock, logger, handlersFor(l.role));
-      await open(fresh);
-      kept.push(fresh);
-    }
-    for (const removed of old.values()) {
-      removed.stopAccepting();
-      removed.retireConnections();
-      logger.info({ event: 'listener_removed', listener: removed.name }, 'listener removed; its connections are retired');
-    }
-    listeners = kept;
-    current = next;
-    metrics.configReloads.labels('success').inc();
-    metrics.configLastReloadSuccessful.set(1);
-    logger.info(
-      { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
-      'configuration reloaded',
-    );
+    prepared.commit();
+    workers?.finishReload(true);
+    return true;
   }
 
   return {
@@ -267,6 +416,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     drain: (trigger) => lifecycle.drain(trigger),
     force: (reason) => lifecycle.force(reason),
     reload,
+    prepareReload,
+    reloadFailed,
     reloadRejected: () => {
       metrics.configReloads.labels('failure').inc();
       metrics.configLastReloadSuccessful.set(0);

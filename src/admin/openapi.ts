@@ -24,7 +24,7 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
   {
     method: 'POST',
     path: '/drain_listeners',
-    summary: 'Drain the listeners. Without `graceful`, stop accepting now (existing connections continue; the process stays). Repeating a call is a no-op.',
+    summary: 'Drain the listeners. Without `graceful`, stop accepting now (existing connections continue; the process stays). Repeating a call is a 200 no-op; a call that asks for more (every listener, or exiting) widens the drain in progress.',
     query: [
       { name: 'graceful', description: 'Keep accepting for the drain time while connections are retired, then stop; readiness is 503 throughout. The process exits once drained unless `skip_exit`.' },
       { name: 'inboundonly', description: 'Only listeners with `direction: inbound`.' },

@@ -10,7 +10,14 @@ export type QueryKind = 'info' | 'metrics';
 export type ToWorker =
   | { type: 'start'; config: Config; healthCheckFailed: boolean }
   | { type: 'command'; command: LifecycleCommand }
+  /** Apply at once (a worker that started during a group reload's prepare). */
   | { type: 'reload'; config: Config; trigger: string }
+  /** E6a: prepare this config (bind, load certificates, build providers) and answer `reply` with a `ReloadPrepared`. */
+  | { type: 'reload_prepare'; id: number; config: Config; trigger: string }
+  /** E6a: every process prepared: switch. */
+  | { type: 'reload_commit'; id: number }
+  /** E6a: some process could not prepare: close what was prepared, keep serving the old config. */
+  | { type: 'reload_abort'; id: number }
   | { type: 'query'; id: number; kind: QueryKind };
 
 /** Worker → supervisor. */
@@ -18,6 +25,9 @@ export type FromWorker =
   | { type: 'ready'; listeners: BoundListener[] }
   | { type: 'start_failed'; message: string }
   | { type: 'reply'; id: number; value: unknown };
+
+/** A worker's answer to `reload_prepare`. */
+export type ReloadPrepared = { ok: true } | { ok: false; reason: string };
 
 export function isMessage<T extends { type: string }>(value: unknown): value is T {
   return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';

@@ -5,7 +5,7 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/lifecycle.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ToWorker } from './messages.ts';
+import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
 export interface BoundListener {
   name: string;
@@ -37,6 +37,14 @@ export interface Supervisor {
 
 /** How long a query waits for a worker's answer. */
 const QUERY_TIMEOUT_MS = 1000;
+/** How long a reload waits for every worker to prepare before it gives up (E6a). */
+const RELOAD_PREPARE_TIMEOUT_MS = 10_000;
+
+/** A worker that could not prepare a reload, and why. */
+export interface ReloadProblem {
+  worker: number;
+  reason: string;
+}
 /** Restart delays after a worker dies while serving: doubling from the first, up to the last. */
 const RESTART_DELAY_MS = { first: 500, max: 30_000 };
 
@@ -61,6 +69,8 @@ export class WorkerGroup {
   readonly #queries = new Map<number, (slot: number, value: unknown) => void>();
   #starting: { resolve: (listeners: BoundListener[]) => void; reject: (error: Error) => void } | undefined;
   #worstExitCode = 0;
+  /** The reload prepared by the workers and not yet committed or aborted. */
+  #pendingReload: { id: number; config: Config; trigger: string; asked: Set<Worker> } | undefined;
   /** Set by the first drain or force: from then on a worker that exits is not restarted. */
   #stopping = false;
   #allExited: (() => void) | undefined;
@@ -126,32 +136,72 @@ export class WorkerGroup {
     this.#broadcast({ type: 'command', command });
   }
 
-  /** E6: every worker applies the new config (the supervisor validated it first). */
-  reload(config: Config, trigger: string): void {
-    this.#config = config;
-    this.#broadcast({ type: 'reload', config, trigger });
+  /**
+   * E6a: every running worker prepares the new config (the supervisor validated it first) and holds
+   * it; resolves with the workers that could not (none: every one is ready to switch). Follow with
+   * `finishReload()`.
+   */
+  async prepareReload(config: Config, trigger: string): Promise<ReloadProblem[]> {
+    const asked = new Set<Worker>();
+    const replies = await this.#ask<ReloadPrepared>(
+      (id) => {
+        this.#pendingReload = { id, config, trigger, asked };
+        return { type: 'reload_prepare', id, config, trigger };
+      },
+      RELOAD_PREPARE_TIMEOUT_MS,
+      (slot) => {
+        if (slot.worker) asked.add(slot.worker);
+      },
+    );
+    return replies.flatMap((r): ReloadProblem[] => {
+      if (!r.asked) return [];
+      if (!r.value) return [{ worker: r.slot, reason: `did not prepare within ${RELOAD_PREPARE_TIMEOUT_MS} ms` }];
+      return r.value.ok ? [] : [{ worker: r.slot, reason: r.value.reason }];
+    });
+  }
+
+  /**
+   * E6a: tells the workers to switch to the config they prepared (`commit`) or to drop it. A worker
+   * started meanwhile (it was given the old config) is sent the new one to apply on its own.
+   */
+  finishReload(commit: boolean): void {
+    const pending = this.#pendingReload;
+    this.#pendingReload = undefined;
+    if (!pending) return;
+    if (commit) this.#config = pending.config;
+    for (const slot of this.#slots) {
+      if (!slot.worker) continue;
+      if (pending.asked.has(slot.worker)) this.#send(slot, { type: commit ? 'reload_commit' : 'reload_abort', id: pending.id });
+      else if (commit) this.#send(slot, { type: 'reload', config: pending.config, trigger: pending.trigger });
+    }
   }
 
   /** Asks every running worker; a worker that does not answer in time has `value: undefined`. */
-  query<T>(kind: QueryKind): Promise<WorkerReply<T>[]> {
+  async query<T>(kind: QueryKind): Promise<WorkerReply<T>[]> {
+    return this.#ask<T>((id) => ({ type: 'query', id, kind }), QUERY_TIMEOUT_MS);
+  }
+
+  #ask<T>(message: (id: number) => ToWorker, timeoutMs: number, onAsk?: (slot: Slot) => void): Promise<(WorkerReply<T> & { asked: boolean })[]> {
     const replies = new Map<number, unknown>();
     const asked = this.#slots.filter((s) => s.worker && s.worker.isConnected() && (s.state === 'ready' || s.state === 'starting'));
     const id = this.#nextQuery++;
-    return new Promise<WorkerReply<T>[]>((resolve) => {
+    const sent = message(id);
+    for (const slot of asked) onAsk?.(slot);
+    return new Promise((resolve) => {
       const finish = () => {
         clearTimeout(timer);
         this.#queries.delete(id);
         resolve(
-          this.#slots.map((s) => ({ slot: s.index, pid: s.worker?.process.pid, state: s.state, value: replies.get(s.index) as T | undefined })),
+          this.#slots.map((s) => ({ slot: s.index, pid: s.worker?.process.pid, state: s.state, value: replies.get(s.index) as T | undefined, asked: asked.includes(s) })),
         );
       };
-      const timer = setTimeout(finish, QUERY_TIMEOUT_MS);
+      const timer = setTimeout(finish, timeoutMs);
       this.#queries.set(id, (slot, value) => {
         replies.set(slot, value);
         if (asked.every((s) => replies.has(s.index))) finish();
       });
       if (asked.length === 0) return finish();
-      for (const slot of asked) this.#send(slot, { type: 'query', id, kind });
+      for (const slot of asked) this.#send(slot, sent);
     });
   }
 

@@ -3,8 +3,8 @@
 // a service manager signals the whole process group, and the supervisor speaks for it.
 import { withListenersOf } from '../config/schema.ts';
 import { createLoggers, flushLogger } from '../telemetry/logger.ts';
-import { startGateway, type RunningGateway } from '../app.ts';
-import { WORKER_SLOT_ENV, isMessage, type ToWorker } from './messages.ts';
+import { startGateway, type PreparedReload, type RunningGateway } from '../app.ts';
+import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './messages.ts';
 
 function send(message: unknown): void {
   try {
@@ -18,6 +18,10 @@ export async function runWorker(version: string): Promise<number> {
   const slot = Number(process.env[WORKER_SLOT_ENV]) || 0;
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => {});
   const early: ToWorker[] = [];
+  /** E6a: reloads prepared and awaiting the supervisor's commit or abort, by id. */
+  const pendingReloads = new Map<number, PreparedReload>();
+  /** Commits or aborts that arrived before their prepare had finished. */
+  const settledEarly = new Map<number, 'commit' | 'abort'>();
   let gateway: RunningGateway | undefined;
   let onStart: ((message: Extract<ToWorker, { type: 'start' }>) => void) | undefined;
   process.on('message', (message: unknown) => {
@@ -52,6 +56,18 @@ export async function runWorker(version: string): Promise<number> {
   send({ type: 'ready', listeners: running.boundListeners() });
   return running.lifecycle.done;
 
+  function finish(gw: RunningGateway, prepared: PreparedReload, outcome: 'commit' | 'abort'): void {
+    if (outcome === 'abort') {
+      logger.info({ event: 'config_reload_abandoned', reason: 'another process of the group could not prepare it' }, 'reload abandoned; the previous configuration keeps serving');
+      void prepared.abort();
+    } else if (gw.lifecycle.draining) {
+      void prepared.abort();
+      gw.reloadFailed('the process began draining during the reload');
+    } else {
+      prepared.commit();
+    }
+  }
+
   function handle(gw: RunningGateway, message: ToWorker): void {
     switch (message.type) {
       case 'command': {
@@ -63,11 +79,39 @@ export async function runWorker(version: string): Promise<number> {
         return;
       }
       case 'reload':
-        gw.reload(withListenersOf(message.config, 'proxy'), message.trigger).catch((error: unknown) => {
-          gw.reloadRejected();
-          logger.error({ event: 'config_reload_failed', reason: (error as Error).message }, 'applying the new configuration failed');
-        });
+        // Failures are logged and counted by reload() itself.
+        void gw.reload(withListenersOf(message.config, 'proxy'), message.trigger);
         return;
+      // E6a: prepare, answer, then switch or drop when the supervisor says (it waits for every worker).
+      case 'reload_prepare': {
+        const { id } = message;
+        gw.prepareReload(withListenersOf(message.config, 'proxy'), message.trigger).then(
+          (prepared) => {
+            const early = settledEarly.get(id);
+            settledEarly.delete(id);
+            if (early) finish(gw, prepared, early);
+            else pendingReloads.set(id, prepared);
+            send({ type: 'reply', id, value: { ok: true } satisfies ReloadPrepared });
+          },
+          (error: unknown) => {
+            const reason = (error as Error).message;
+            settledEarly.delete(id);
+            gw.reloadFailed(reason, { trigger: message.trigger });
+            send({ type: 'reply', id, value: { ok: false, reason } satisfies ReloadPrepared });
+          },
+        );
+        return;
+      }
+      case 'reload_commit':
+      case 'reload_abort': {
+        const outcome = message.type === 'reload_commit' ? 'commit' : 'abort';
+        const prepared = pendingReloads.get(message.id);
+        pendingReloads.delete(message.id);
+        // The supervisor gave up waiting before this worker had prepared: settle it once it has.
+        if (prepared) finish(gw, prepared, outcome);
+        else settledEarly.set(message.id, outcome);
+        return;
+      }
       case 'query': {
         const answer = message.kind === 'info' ? Promise.resolve(gw.info()) : gw.metricsJson();
         answer.then(

@@ -58,7 +58,7 @@ const listener = z.strictObject({
    * HTTP/2 with prior knowledge (h2c); with both, each connection's first bytes decide.
    */
   protocols: z.array(z.enum(['http1', 'h2'])).min(1, 'expected at least one of "http1", "h2"').optional(),
-  /** E5: `modify_only` listeners drain only when changed or removed (not on SIGTERM or health-check fail). */
+  /** E5: `modify_only` listeners are retired only when changed or removed (not by SIGTERM or health-check fail; a drain that exits still closes them at its end). */
   drain_type: z.enum(['default', 'modify_only']).default('default'),
   /** E4: `inboundonly` admin drains leave `outbound` listeners alone. */
   direction: z.enum(['inbound', 'outbound']).default('inbound'),
@@ -98,6 +98,11 @@ const shutdown = z.strictObject({
   drain_strategy: z.enum(['immediate', 'gradual']).default('immediate'),
   /** E1/E2/E4: the time a drain is spread over (admin graceful drains keep accepting this long). Default: min_drain_secs. */
   drain_time_secs: seconds.optional(),
+  /**
+   * E3: the proactive drain resets upgraded (WebSocket) connections, as Envoy does, instead of
+   * leaving them to finish. Off by default: a drain never cuts a session in flight.
+   */
+  reset_upgraded_on_proactive_drain: fromEnv(z.boolean()).default(false),
 });
 
 const downstream = z.strictObject({

@@ -48,6 +48,8 @@ export const errors = {
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
+  drainForced: () =>
+    new GatewayError(503, 'server_error', 'drain_forced', 'the gateway is shutting down and ended this request before it was answered; retry it'),
 } as const;
 
 /** Upstream failures by undici error code: what the client sees and what the metrics count. */

@@ -7,12 +7,11 @@ import type { DrainDecision, ForceEndable } from '../lifecycle/lifecycle.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
-import { classifyUpstreamError, GatewayError } from './errors.ts';
+import { classifyUpstreamError, errors, GatewayError } from './errors.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
 export interface RelayEnvironment {
   readonly decision: DrainDecision;
-  trackForceEndable(stream: ForceEndable): () => void;
   upstreamError(provider: string, kind: string): void;
   /** Logs an unexpected error (a bug) with the request it happened in. */
   reportBug(error: unknown, requestId: string): void;
@@ -36,13 +35,13 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   #usage: UsageReader | undefined;
   #sse = false;
   #ended = false;
-  #untrack: (() => void) | undefined;
   #waitingForDrain = false;
 
   constructor(ctx: RequestContext, env: RelayEnvironment, dialect: StreamDialect) {
     this.#ctx = ctx;
     this.#env = env;
     this.#dialect = dialect;
+    ctx.forceEnder = this;
     ctx.res.once('close', this.#onClientClose);
   }
 
@@ -60,7 +59,6 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
       this.#ctx.errorCode = `upstream_status_${status}`;
       this.#env.upstreamError(this.#ctx.provider, 'status');
     }
-    if (this.#sse) this.#untrack = this.#env.trackForceEndable(this);
     writeHead(this.#ctx, this.#env.decision, status, downstreamHeaders(headers));
   }
 
@@ -92,13 +90,20 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
     else res.destroy(); // a half-sent JSON body cannot carry an error: the client must see a cut.
   }
 
-  /** L8: the drain was forced; end the stream with an explicit error event, never a fake [DONE]. */
+  /**
+   * L8: the drain was forced. The upstream request is aborted; a response not yet begun is a 503
+   * (`drain_forced`), a stream ends with an explicit error event (never a fake [DONE]), and a
+   * half-sent JSON body is cut, since it cannot carry an error.
+   */
   forceEnd(reason: string): void {
     if (this.#ended) return;
     this.#ctx.errorCode = 'drain_forced';
     this.#finish();
     this.#controller?.abort(new Error(`gateway shutting down (${reason})`));
-    this.#endStreamWithError(new GatewayError(503, 'server_error', 'gateway_shutdown', 'the gateway is shutting down and ended this stream before it was complete'));
+    const res = this.#ctx.res;
+    if (!res.headersSent) sendError(this.#ctx, this.#env.decision, errors.drainForced());
+    else if (this.#sse) this.#endStreamWithError(new GatewayError(503, 'server_error', 'gateway_shutdown', 'the gateway is shutting down and ended this stream before it was complete'));
+    else res.destroy();
   }
 
   #endStreamWithError(error: GatewayError): void {
@@ -110,7 +115,6 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
 
   #finish(): void {
     this.#ended = true;
-    this.#untrack?.();
     const usage = this.#usage?.finish();
     if (usage) this.#ctx.usage = usage;
   }

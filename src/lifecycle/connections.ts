@@ -20,8 +20,11 @@ export interface TrackedConnection {
   /** Set when the connection must close once its current response is done (L3). */
   retiring: boolean;
   closeReason: string | undefined;
-  /** How to close it gracefully when the protocol has its own way (HTTP/2: GOAWAY). */
-  gracefulClose: (() => void) | undefined;
+  /**
+   * How to close it gracefully when the protocol has its own way (HTTP/2: the final GOAWAY, open
+   * streams finish). `now`: even when a GOAWAY notice is still waiting for its drain timeout.
+   */
+  gracefulClose: ((now?: boolean) => void) | undefined;
   /** How to tell a multiplexed connection's client to go elsewhere soon (HTTP/2: GOAWAY notice). */
   retire: (() => void) | undefined;
 }
@@ -122,11 +125,11 @@ export class ConnectionTracker {
     connection.state = 'upgraded';
   }
 
-  /** Ends the connection gracefully (FIN after pending writes), recording why. */
-  end(connection: TrackedConnection, reason: string): void {
+  /** Ends the connection gracefully (FIN after pending writes), recording why; `now`: see gracefulClose. */
+  end(connection: TrackedConnection, reason: string, now = false): void {
     connection.closeReason ??= reason;
     if (connection.gracefulClose) {
-      connection.gracefulClose();
+      connection.gracefulClose(now);
       return;
     }
     // Sends FIN after pending writes, then destroys: a peer that never answers our FIN must not

@@ -1,5 +1,5 @@
 // The process-wide lifecycle: one state, one exact in-flight counter, the drain sequence of
-// spec/lifecycle.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
+// docs/graceful-shutdown.md (L1-L10). Listeners and handlers ask it what to do; they never see signals.
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
@@ -23,7 +23,7 @@ export interface DrainDecision {
 
 /** E5: how a listener takes part in drains. */
 export interface ListenerScope {
-  /** `modify_only` listeners drain only when changed or removed, not on a process drain or health-check fail. */
+  /** `modify_only` listeners are retired only when changed or removed, not by a process drain or health-check fail; a drain that exits still closes them at its end. */
   drainType: 'default' | 'modify_only';
   direction: 'inbound' | 'outbound';
   /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */
@@ -68,8 +68,11 @@ export type LifecycleCommand =
 export interface LifecycleHooks {
   /** Stops accepting new connections on the listeners `include` selects, or all (existing ones stay). */
   stopAccepting(include?: (listener: string) => boolean): void;
-  /** Final work before exit (L9): close upstream pools, flush logs. */
-  shutdown(): Promise<void>;
+  /**
+   * Final work before exit (L9): close upstream pools, flush logs. `forced` (L8): nothing may be
+   * waited for; requests still in progress upstream are aborted.
+   */
+  shutdown(forced: boolean): Promise<void>;
   /** Told of every drain, force and health-check change as it is given here. */
   commanded?(command: LifecycleCommand): void;
 }
@@ -86,6 +89,8 @@ export interface DrainSettings {
   idleTimeoutSecs?: number;
   /** E1: how responses retire their connections during a drain. */
   drainStrategy?: DrainStrategy;
+  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way); default false. */
+  resetUpgradedOnProactiveDrain?: boolean;
   /** E1/E2: the drain time the strategy and the proactive drain are spread over (default: the window). */
   drainTimeSecs?: number;
   /** E2: a proactively drained connection's own drain timeout. */
@@ -435,10 +440,13 @@ export class Lifecycle implements DrainDecision {
   }
 
   #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
-    if (connection.state === 'upgraded' && !connection.retiring && !connection.socket.destroyed) {
-      // E3: an upgraded stream cannot be told to go away; on HTTP/1 it is reset at once.
-      connection.retiring = true;
-      this.connections.destroy(connection, 'proactive_drain_reset');
+    if (connection.state === 'upgraded') {
+      // E3: an upgraded stream cannot be told to go away. It is in flight like any request and
+      // finishes (L7), unless the operator chose Envoy's way and has it reset at once.
+      if (this.#settings.resetUpgradedOnProactiveDrain && !connection.socket.destroyed) {
+        connection.retiring = true;
+        this.connections.destroy(connection, 'proactive_drain_reset');
+      }
       return;
     }
     this.retireConnection(connection, timeoutMs, 'proactive_drain');
@@ -469,11 +477,13 @@ export class Lifecycle implements DrainDecision {
     if (!this.#plan) void this.drain(reason);
     else this.#plan.exit = true;
     if (this.#state === 'draining') this.#closeListeners();
+    // Every request and session in flight ends now with an explicit error: a 503 when its response
+    // had not started, an error event on a stream, a 1001 close frame on a WebSocket session.
     for (const stream of [...this.#forceEndables]) stream.forceEnd(reason);
     for (const connection of this.connections.all()) {
-      // Streams and sessions just wrote their error event or close frame: let it flush (FIN after
-      // the writes); everything else goes now.
-      if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced');
+      // Those just wrote their error: let it flush (FIN after the writes, HTTP/2's final GOAWAY
+      // even after a notice); everything else goes now.
+      if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced', true);
       else this.connections.destroy(connection, 'drain_forced');
     }
     // Sockets that do not finish writing promptly must not hold a forced exit.
@@ -524,13 +534,16 @@ export class Lifecycle implements DrainDecision {
     this.#state = 'exited';
     for (const timer of this.#timers) timer.cancel();
     this.#timers.clear();
-    const code = this.#forced ? 1 : 0;
+    const forced = this.#forced !== undefined;
+    const code = forced ? 1 : 0;
+    // A forced end leaves nothing open behind it, whatever its protocol.
+    if (forced) for (const connection of this.connections.all()) this.connections.destroy(connection, 'drain_forced');
     this.#log.info(
       { event: 'process_exit', exit_code: code, drain_duration_secs: round(this.drainSeconds()), forced: this.#forced ?? null },
       'process exiting',
     );
     const resolve = this.#resolveDone;
-    this.#hooks.shutdown().then(
+    this.#hooks.shutdown(forced).then(
       () => resolve?.(code),
       () => resolve?.(code === 0 ? 1 : code),
     );

@@ -31,4 +31,6 @@ export interface Provider {
   realtimeTarget?(query: URLSearchParams): { url: string; headers: Record<string, string> };
   /** Waits for requests in progress, then closes pooled connections. */
   close(): Promise<void>;
+  /** A forced end (L8): aborts requests in progress and closes pooled connections now. */
+  destroy(): Promise<void>;
 }

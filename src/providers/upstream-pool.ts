@@ -39,4 +39,8 @@ export class UpstreamPool {
   close(): Promise<void> {
     return this.#pool.close();
   }
+
+  destroy(): Promise<void> {
+    return this.#pool.destroy();
+  }
 }

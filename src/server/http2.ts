@@ -27,8 +27,8 @@ export class Http2Sessions {
     this.#sessions.add(session);
     // Closing a session is a final GOAWAY, not a reset socket; one that already got the notice
     // keeps its drain timeout, so a stream the client is opening right now is not refused.
-    connection.gracefulClose = () => {
-      if (!this.#noticed.has(session)) this.close(session);
+    connection.gracefulClose = (now) => {
+      if (now || !this.#noticed.has(session)) this.close(session);
     };
     connection.retire = () => this.retire(session);
     session.once('close', () => this.#sessions.delete(session));

@@ -14,14 +14,15 @@ import { Server as HttpServer, type IncomingMessage, type ServerResponse } from 
 import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import { isDeepStrictEqual } from 'node:util';
 import type { Duplex } from 'node:stream';
-import type { DownstreamConfig, ListenerConfig, Protocol } from '../config/schema.ts';
+import type { DownstreamConfig, ListenerConfig, Protocol, TlsConfig } from '../config/schema.ts';
 import { listenerProtocols, parseAddress } from '../config/schema.ts';
 import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { Clock } from '../lifecycle/clock.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
-import { loadTlsMaterial, watchTlsFiles } from './tls.ts';
+import { isHttp2Request } from './context.ts';
+import { loadTlsMaterial, watchTlsFiles, type TlsMaterial } from './tls.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
 export type UpgradeHandler = (listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer) => void;
@@ -34,6 +35,11 @@ export interface ListenerLog {
 export interface ListenerHandlers {
   onRequest: RequestHandler;
   onUpgrade?: UpgradeHandler | undefined;
+}
+
+function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  const upgrade = req.headers.upgrade;
+  return upgrade !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(upgrade);
 }
 
 /** The HTTP/2 connection preface (RFC 9113 §3.4) starts with these bytes. */
@@ -61,6 +67,11 @@ class Generation {
         requestTimeout: Math.round(downstream.request_timeout_secs * 1000),
         connectionsCheckingInterval: 1000,
         noDelay: true,
+        // Answered in requests.ts in the API's error shape (Node's own 400 has no body).
+        requireHostHeader: false,
+        // Only WebSocket upgrades leave HTTP: any other `Upgrade` (h2c, an unknown protocol) is
+        // served as the request it also is (RFC 9110 §7.8 lets a server ignore the header).
+        shouldUpgradeCallback: (req: IncomingMessage) => handlers.onUpgrade !== undefined && isWebSocketUpgrade(req),
       });
       http1.on('request', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       http1.on('clientError', sendClientError);
@@ -110,6 +121,13 @@ export class Listener {
   #generation: Generation;
   #unwatch: (() => void) | undefined;
   #accepting = false;
+  readonly #unregisterRetire: () => void;
+  /**
+   * E6a: a listener prepared by a reload that is not yet committed has its socket bound but serves
+   * nothing: connections it accepts wait here until `release()`, or are closed by `discard()`.
+   */
+  #held: Socket[] | undefined;
+  #discarded = false;
 
   constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, clock: Clock, log: ListenerLog, handlers: ListenerHandlers) {
     this.name = config.name;
@@ -121,9 +139,8 @@ export class Listener {
     this.#log = log;
     this.#handlers = handlers;
     this.#generation = new Generation(this, config, downstream, clock, handlers);
-    lifecycle.onRetire(this.name, () => this.#generation.sessions.retireAll());
     if (config.tls) {
-      const material = loadTlsMaterial(config.tls);
+      const material = this.#loadTls(config.tls);
       const tlsServer = createTlsServer({
         ...material.options,
         // Asked per handshake, so a reload that changes the protocols applies to new connections.
@@ -133,10 +150,11 @@ export class Listener {
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
       });
       tlsServer.on('connection', (socket: Socket) => {
+        if (this.#discarded) return void socket.destroy();
         const connection = lifecycle.admitConnection(socket, this.name);
         if (connection) connection.protocol = 'tls';
       });
-      tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
+      tlsServer.on('secureConnection', (socket: TLSSocket) => this.#arrived(socket, () => this.#secured(socket)));
       tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
         const connection = lifecycle.connections.get(socket) ?? lifecycle.connections.get((socket as unknown as { _parent?: Socket })._parent!);
         if (connection) connection.closeReason ??= error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'tls_handshake_timeout' : 'tls_handshake_failed';
@@ -144,8 +162,10 @@ export class Listener {
       });
       this.#acceptor = tlsServer;
     } else {
-      this.#acceptor = createNetServer({ noDelay: true }, (socket) => this.#accepted(socket));
+      this.#acceptor = createNetServer({ noDelay: true }, (socket) => this.#arrived(socket, () => this.#accepted(socket)));
     }
+    // Registered last: a constructor that throws (bad TLS material) leaves nothing registered.
+    this.#unregisterRetire = lifecycle.onRetire(this.name, () => this.#generation.sessions.retireAll());
   }
 
   get accepting(): boolean {
@@ -158,22 +178,51 @@ export class Listener {
 
   /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
-    if (req.httpVersionMajor !== 2) return this.#lifecycle.connections.get(req.socket);
+    if (!isHttp2Request(req)) return this.#lifecycle.connections.get(req.socket);
     const session = (req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session;
     return this.#generation.sessions.connectionOf(session) ?? this.#sessionConnection(session);
   }
 
-  listen(): Promise<AddressInfo> {
+  /**
+   * Binds the listening socket. With `hold` (a reload's prepare step, E6a) the connections it
+   * accepts wait until `release()`. Rejects with an error that names the listener and address.
+   */
+  listen(options: { hold?: boolean } = {}): Promise<AddressInfo> {
     const { host, port } = parseAddress(this.configuredAddress)!;
+    if (options.hold) this.#held ??= [];
     return new Promise((resolve, reject) => {
-      this.#acceptor.once('error', reject);
+      const failed = (error: NodeJS.ErrnoException) => {
+        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${error.message}`, { cause: error }), { code: error.code }));
+      };
+      this.#acceptor.once('error', failed);
       this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
-        this.#acceptor.off('error', reject);
+        this.#acceptor.off('error', failed);
         this.#accepting = true;
         this.#watchCertificates();
         resolve(this.#acceptor.address() as AddressInfo);
       });
     });
+  }
+
+  /** Where the socket is bound (the port chosen when 0 was asked); undefined when not listening. */
+  address(): AddressInfo | undefined {
+    return (this.#acceptor.address() as AddressInfo | null) ?? undefined;
+  }
+
+  /** E6a: the reload is committed: the connections held since `listen({ hold: true })` are served. */
+  release(): void {
+    const held = this.#held ?? [];
+    this.#held = undefined;
+    for (const socket of held) if (!socket.destroyed) this.#dispatch(socket);
+  }
+
+  /** E6a: the reload is abandoned: the socket closes and what it accepted meanwhile is closed. */
+  discard(): void {
+    this.#discarded = true;
+    this.stopAccepting();
+    this.#unregisterRetire();
+    for (const socket of this.#held ?? []) socket.destroy();
+    this.#held = undefined;
   }
 
   /** Stops accepting; accepted connections carry on. Idempotent. */
@@ -186,29 +235,43 @@ export class Listener {
   }
 
   /**
-   * E6: takes the new settings on the same listening socket. Returns false when that is not
-   * possible (another address, or TLS switched on or off): the caller then replaces the listener.
+   * E6/E6a: prepares taking the new settings on the same listening socket, changing nothing yet:
+   * the TLS certificate and key the new settings name are loaded now (a pair that cannot be loaded
+   * throws, and the whole reload is refused). Returns the step that applies them, which cannot
+   * fail; or undefined when the socket cannot be kept (another address, TLS switched on or off,
+   * another role): the caller then replaces the listener.
    */
-  reconfigure(config: ListenerConfig, downstream: DownstreamConfig): boolean {
-    const current = this.#generation;
-    if (config.address !== this.configuredAddress || (config.tls === undefined) !== !this.tls || config.role !== this.role) return false;
-    if (isDeepStrictEqual(config, current.config) && isDeepStrictEqual(downstream, current.downstream)) return true;
-    if (config.tls && !isDeepStrictEqual(config.tls, current.config.tls)) {
-      const server = this.#acceptor as TlsServer & { requestCert: boolean; rejectUnauthorized: boolean };
-      try {
-        server.setSecureContext(loadTlsMaterial(config.tls).options);
-      } catch (error) {
-        this.#log.error({ event: 'tls_reload_failed', listener: this.name, trigger: 'reload', reason: (error as Error).message }, 'TLS certificate reload failed; keeping the current one');
-        return true;
+  prepareReconfigure(config: ListenerConfig, downstream: DownstreamConfig): ((trigger: string) => void) | undefined {
+    if (config.address !== this.configuredAddress || (config.tls === undefined) !== !this.tls || config.role !== this.role) return undefined;
+    const material = config.tls ? this.#loadTls(config.tls) : undefined;
+    return (trigger) => {
+      if (config.tls && material) {
+        const server = this.#acceptor as TlsServer & { requestCert: boolean; rejectUnauthorized: boolean };
+        server.setSecureContext(material.options);
+        server.requestCert = server.rejectUnauthorized = config.tls.client_ca_file !== undefined;
+        this.#log.info({ event: 'tls_reloaded', listener: this.name, trigger }, 'TLS certificate reloaded');
       }
-      server.requestCert = server.rejectUnauthorized = config.tls.client_ca_file !== undefined;
-    }
+      this.#reconfigure(config, downstream);
+    };
+  }
+
+  #reconfigure(config: ListenerConfig, downstream: DownstreamConfig): void {
+    const current = this.#generation;
+    if (isDeepStrictEqual(config, current.config) && isDeepStrictEqual(downstream, current.downstream)) return;
     this.#generation = new Generation(this, config, downstream, this.#clock, this.#handlers);
     this.#log.info({ event: 'listener_reconfigured', listener: this.name }, 'listener reconfigured; connections of the old settings are retired');
     this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation, false);
     this.#unwatch?.();
     this.#watchCertificates();
-    return true;
+  }
+
+  /** Loads the TLS material, with the listener's name in the error. */
+  #loadTls(tls: TlsConfig): TlsMaterial {
+    try {
+      return loadTlsMaterial(tls);
+    } catch (error) {
+      throw new Error(`listener "${this.name}": ${(error as Error).message}`, { cause: error });
+    }
   }
 
   /**
@@ -223,7 +286,10 @@ export class Listener {
     }
   }
 
-  /** New handshakes use the certificate now in the files; a bad one is refused and the old kept. */
+  /**
+   * The file watcher's reload: new handshakes use the certificate now in the files; a bad one is
+   * refused and the old kept. (A config reload loads certificates in `prepareReconfigure()`.)
+   */
   reloadCertificates(trigger: string): boolean {
     const tls = this.#generation.config.tls;
     if (!tls) return false;
@@ -248,6 +314,22 @@ export class Listener {
       if (connection.listener === this.name && this.#generationOf.get(connection)?.sessions.connectionOf(session) === connection) return connection;
     }
     return undefined;
+  }
+
+  /** A socket accepted (or, on TLS, handshaken): served, held until a reload commits, or closed. */
+  #arrived(socket: Socket, serve: () => void): void {
+    if (this.#discarded) socket.destroy();
+    else if (this.#held) {
+      // Nothing reads it yet: a reset meanwhile must not become an uncaught 'error' (R1).
+      socket.on('error', () => {});
+      this.#held.push(socket);
+    } else serve();
+  }
+
+  /** Serves a socket that was held (see `listen({ hold: true })`). */
+  #dispatch(socket: Socket): void {
+    if ('encrypted' in socket) this.#secured(socket as TLSSocket);
+    else this.#accepted(socket);
   }
 
   #accepted(socket: Socket): void {

@@ -5,16 +5,19 @@ import type { Duplex } from 'node:stream';
 import { UpgradeContext } from './context.ts';
 import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
 import type { Listener } from './listener.ts';
+import { errors } from '../gateway/errors.ts';
 
 export interface UpgradeRoute {
   /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
   handle(ctx: UpgradeContext, finished: (status: number) => void): void;
 }
 
-export function rejectUpgrade(socket: Duplex, status: number, reason: string, body: string): void {
+export function rejectUpgrade(socket: Duplex, status: number, reason: string, body: string, headers: Readonly<Record<string, string>> = {}): void {
   if (socket.destroyed) return;
+  let extra = '';
+  for (const [name, value] of Object.entries(headers)) extra += `${name}: ${value}\r\n`;
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
     () => socket.destroy(),
   );
 }
@@ -33,19 +36,42 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
     logIfDraining(services, ctx, path);
     let done = false;
+    // L8: a handshake still waiting (for the upstream's answer) when the drain is forced is refused
+    // with a 503; an accepted session is closed by its own force-end (1001).
+    const untrack = lifecycle.trackForceEndable({
+      forceEnd: () => {
+        if (ctx.status !== 0) return;
+        const error = errors.drainForced();
+        ctx.errorCode = error.code;
+        ctx.status = error.status;
+        rejectUpgrade(socket, error.status, 'Service Unavailable', error.body());
+      },
+    });
     const finished = (status: number) => {
       if (done) return;
       done = true;
+      untrack();
       recordFinished(ctx, status);
     };
     socket.on('error', () => socket.destroy());
     if (!route) {
       ctx.errorCode = 'unknown_path';
+      ctx.status = 404;
       rejectUpgrade(socket, 404, 'Not Found', JSON.stringify({ error: { message: `no WebSocket route for ${path}`, type: 'not_found_error', code: 'unknown_path' } }));
       socket.once('close', () => finished(404));
       return;
     }
     if (connection) lifecycle.connections.upgraded(connection);
-    route.handle(ctx, finished);
+    try {
+      route.handle(ctx, finished);
+    } catch (error) {
+      // Nothing a client sends may take the process down (R1): a throw here is a bug, answered as
+      // one, and the exchange still ends exactly once (L10).
+      services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'upgrade handler failed');
+      ctx.errorCode ||= 'internal_error';
+      rejectUpgrade(socket, 500, 'Internal Server Error', '{"error":{"message":"internal gateway error","type":"server_error","code":"internal_error"}}');
+      if (socket.closed) finished(500);
+      else socket.once('close', () => finished(500));
+    }
   };
 }

@@ -1,11 +1,12 @@
-// The drain contract (spec/lifecycle.md, rules L1-L10, D3) against the built program: real
+// The drain contract (docs/graceful-shutdown.md, rules L1-L10, D3) against the built program: real
 // signals, real sockets, streams that are still open when the drain begins.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Agent, request as undiciRequest } from 'undici';
+import { connect as http2Connect } from 'node:http2';
 import { startGateway, eventually, metricValue, scrape, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
-import { closedAt, httpRequest, isRefused, openSocket, postJson } from '../support/http.ts';
+import { closedAt, httpRequest, isRefused, openSocket, postJson, postJsonKeepAlive } from '../support/http.ts';
 
 let mock: MockUpstream;
 
@@ -61,18 +62,21 @@ test('L1: /readyz answers 503 within 100 ms of SIGTERM on every listener while /
 test('L2/L3/L5: a slow request outlives the window with 200; new connections in the window are served with Connection: close; the process then exits and the port refuses', async () => {
   const gw = await startGateway({ config: config({ min_drain_secs: 1 }) });
   try {
+    // Control: before the drain the same client's connection is kept.
+    assert.equal((await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat())).headers.connection, 'keep-alive');
     const slow = postJson(`${gw.proxyUrl}/v1/chat/completions`, chat(), mockHeader({ headersDelayMs: 2500 }));
     await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('2500')));
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
     await gw.waitForLog((l) => l.event === 'drain_started');
-    // L2: inside the window a new connection is accepted and served normally, then retired (L3).
-    const during = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    // L2: inside the window a new connection is accepted and served normally, then retired (L3):
+    // the client asks to keep it, so `close` is the server's decision.
+    const during = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(during.status, 200);
     assert.equal(during.headers.connection, 'close');
     // L5: past the window, the slow request is still in flight, so the listener still accepts.
     await eventually(() => Date.now() - signalledAt > 1300, 3000);
-    const late = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    const late = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(late.status, 200);
     assert.equal(late.headers.connection, 'close');
     const slowResult = await slow;
@@ -104,9 +108,10 @@ test('L3/L5: an SSE stream running across the window keeps the listener acceptin
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
     await eventually(() => Date.now() - signalledAt > 1500, 3000);
-    // The window is over but the stream is in flight: still accepting, and served.
-    const late = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    // The window is over but the stream is in flight: still accepting, and served (L3: retired).
+    const late = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(late.status, 200);
+    assert.equal(late.headers.connection, 'close');
     const body = await text;
     const events = body.split('\n').filter((l) => l.startsWith('data: '));
     assert.equal(events.at(-1), 'data: [DONE]');
@@ -276,6 +281,63 @@ test('L8: a second signal ends a stuck stream with an error event and exits prom
     await gw.stop();
   }
 });
+
+/**
+ * Default drain timeouts: the HTTP/2 session has had its GOAWAY notice and is still inside its 5 s
+ * drain timeout when the second signal comes (it was once skipped by the forced close, and the exit
+ * then waited for the upstream pool's graceful close: 60 s here).
+ */
+async function forcedEndIsPrompt(workers: number): Promise<void> {
+  const gw = await startGateway({
+    config: { ...config({ min_drain_secs: 0 }), workers, listeners: [{ name: 'proxy', address: '127.0.0.1:0', role: 'proxy', protocols: ['http1', 'h2'] }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }] },
+  });
+  const agent = new Agent({ keepAliveTimeout: 60_000 });
+  const session = http2Connect(gw.proxyUrl);
+  session.on('error', () => {});
+  try {
+    mock.reset();
+    const stuck = mockHeader({ headersDelayMs: 60_000 });
+    const h1 = undiciRequest(`${gw.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: agent,
+      headers: { 'content-type': 'application/json', ...stuck },
+      body: JSON.stringify(chat()),
+    }).then(async (res) => ({ status: res.statusCode, body: await res.body.text() }));
+    const h2 = new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const stream = session.request({ ':method': 'POST', ':path': '/v1/chat/completions', 'content-type': 'application/json', ...stuck });
+      let status = 0;
+      let body = '';
+      stream.on('response', (headers) => (status = Number(headers[':status'])));
+      stream.setEncoding('utf8');
+      stream.on('data', (chunk: string) => (body += chunk));
+      stream.on('end', () => resolve({ status, body }));
+      stream.on('error', reject);
+      stream.end(JSON.stringify(chat()));
+    });
+    await mock.waitFor((r) => r.filter((x) => x.path === '/v1/chat/completions').length === 2);
+    gw.signal('SIGTERM');
+    await gw.waitForLog((l) => l.event === 'drain_progress' && Number(l.elapsed_secs) >= 2, 10_000);
+    const secondAt = Date.now();
+    gw.signal('SIGTERM');
+    for (const [name, answer] of [['HTTP/1.1', await h1], ['HTTP/2', await h2]] as const) {
+      assert.equal(answer.status, 503, `${name}: ${answer.body}`);
+      assert.equal((JSON.parse(answer.body) as { error: { code: string } }).error.code, 'drain_forced', name);
+    }
+    const exit = await gw.exited;
+    assert.equal(exit.code, 1);
+    assert.ok(exit.at - secondAt < 1500, `exit took ${exit.at - secondAt} ms after the second signal`);
+    const access = gw.logs.filter((l) => l.event === 'access' && l.path === '/v1/chat/completions');
+    assert.deepEqual(access.map((l) => [l.status, l.error]), [[503, 'drain_forced'], [503, 'drain_forced']]);
+  } finally {
+    session.destroy();
+    await agent.close();
+    await gw.stop();
+  }
+}
+
+test('L8: a forced end is prompt over HTTP/1.1 and HTTP/2: requests waiting for their upstream get a 503 drain_forced, and the process exits within about 1 s', () => forcedEndIsPrompt(1));
+
+test('L8: the same with two workers: the group exits within about 1 s of the second signal', () => forcedEndIsPrompt(2));
 
 test('D3: min_drain_secs 0 with nothing in flight exits at once', async () => {
   const gw = await startGateway({ config: config({ min_drain_secs: 0 }) });

@@ -1,11 +1,19 @@
 // E6: a config reload under load - a listener's settings changed, a provider removed, a client
 // key rotated - loses no request; a bad config is refused and the last good one keeps serving.
+// E6a: a reload that cannot be applied (address in use, certificate missing) changes nothing.
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { Agent, request } from 'undici';
 import { startGateway, eventually, metricValue, scrape, type GatewayProcess } from '../support/gateway-process.ts';
+import { isRefused } from '../support/http.ts';
+import { makePki } from '../support/certs.ts';
+import { requireTool } from '../support/system-tool.ts';
+
+const openssl = requireTool('openssl', 'openssl');
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
 
 let mock: MockUpstream;
@@ -126,6 +134,211 @@ test('E6: a reload under load (listener settings changed, provider removed, key 
   } finally {
     running = false;
     await agent.close();
+    await gw.stop();
+  }
+});
+
+// ---- E6a: all or nothing ----
+
+/** A port held by a plain TCP server, so that binding it fails with EADDRINUSE. */
+async function holdPort(): Promise<{ server: Server; address: string }> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { server, address: `127.0.0.1:${(server.address() as { port: number }).port}` };
+}
+
+/** A free port: bound once, then released. */
+async function freeAddress(): Promise<string> {
+  const { server, address } = await holdPort();
+  await new Promise((resolve) => server.close(resolve));
+  return address;
+}
+
+/** `extraModel` adds a model in the same file: it must apply only if the whole reload does. */
+function e6aConfig(options: { proxy: Record<string, unknown>; extraModel?: boolean; extraListeners?: Record<string, unknown>[]; workers?: number }) {
+  return {
+    workers: options.workers ?? 1,
+    listeners: [{ name: 'proxy', role: 'proxy', ...options.proxy }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }, ...(options.extraListeners ?? [])],
+    providers: [{ name: 'main', type: 'openai', base_url: `${mock.url}/v1` }],
+    models: [{ name: 'm', provider: 'main' }, ...(options.extraModel ? [{ name: 'new-model', provider: 'main' }] : [])],
+  };
+}
+
+async function chatStatus(baseUrl: string, model: string): Promise<number> {
+  const agent = new Agent({ keepAliveTimeout: 10_000 });
+  try {
+    const res = await request(`${baseUrl}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: agent,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model, messages: [{ role: 'user', content: 'x' }] }),
+    });
+    await res.body.text();
+    return res.statusCode;
+  } finally {
+    await agent.close();
+  }
+}
+
+async function readyzStatus(gw: GatewayProcess): Promise<number> {
+  const res = await fetch(`${gw.adminUrl}/readyz`);
+  await res.text();
+  return res.status;
+}
+
+/** Sends SIGHUP with `config` in the file; returns the outcome line, which must be `event`. */
+async function reloadWith(gw: GatewayProcess, config: object, event: 'config_reloaded' | 'config_reload_failed'): Promise<Record<string, unknown>> {
+  const start = gw.logs.length;
+  writeFileSync(gw.configFile, stringify(config));
+  gw.signal('SIGHUP');
+  const line = await gw.waitForLog((l) => (l.event === 'config_reloaded' || l.event === 'config_reload_failed') && gw.logs.indexOf(l) >= start, 15_000);
+  assert.equal(line.event, event, JSON.stringify(line));
+  return line;
+}
+
+/** Asserts that the previous configuration serves exactly as before the failed reload. */
+async function assertUnchanged(gw: GatewayProcess, proxyUrl: string, failuresBefore: number): Promise<void> {
+  assert.equal(await chatStatus(proxyUrl, 'm'), 200, 'the old listener still serves');
+  assert.equal(await chatStatus(proxyUrl, 'new-model'), 404, 'the routing change in the same file did not apply');
+  assert.equal(await readyzStatus(gw), 200, '/readyz stays 200');
+  const metrics = await scrape(gw);
+  assert.equal(metricValue(metrics, 'sluice_config_reloads_total', { result: 'failure' }), failuresBefore + 1, 'the failure is counted');
+  assert.equal(metricValue(metrics, 'sluice_config_last_reload_successful'), 0);
+}
+
+test('E6a: a reload moving a listener to an address in use changes nothing; the next valid reload applies', { timeout: 60_000 }, async () => {
+  const busy = await holdPort();
+  const gw = await startGateway({ config: e6aConfig({ proxy: { address: '127.0.0.1:0' } }) });
+  try {
+    const proxyUrl = gw.proxyUrl;
+    assert.equal(await chatStatus(proxyUrl, 'm'), 200);
+
+    const failed = await reloadWith(gw, e6aConfig({ proxy: { address: busy.address }, extraModel: true }), 'config_reload_failed');
+    assert.match(String(failed.reason), /EADDRINUSE/);
+    await assertUnchanged(gw, proxyUrl, 0);
+    const info = (await (await fetch(`${gw.adminUrl}/server_info`)).json()) as { listeners: { name: string; accepting: boolean }[] };
+    assert.ok(info.listeners.find((l) => l.name === 'proxy')?.accepting, 'the proxy listener still accepts');
+    assert.ok(String(failed.reason).includes(busy.address) && String(failed.reason).includes('"proxy"'), `the reason names the listener and address: ${String(failed.reason)}`);
+
+    // The next valid reload (the same move, to a free port) applies normally.
+    const target = await freeAddress();
+    await reloadWith(gw, e6aConfig({ proxy: { address: target }, extraModel: true }), 'config_reloaded');
+    assert.equal(await chatStatus(`http://${target}`, 'new-model'), 200, 'the new listener serves the new model');
+    assert.equal(await readyzStatus(gw), 200);
+    assert.ok(await isRefused(proxyUrl), 'the old address is closed');
+    assert.equal(metricValue(await scrape(gw), 'sluice_config_last_reload_successful'), 1);
+  } finally {
+    busy.server.close();
+    await gw.stop();
+  }
+});
+
+test('E6a: a reload naming a missing TLS certificate is refused whole; the old config keeps serving', { timeout: 60_000 }, async () => {
+  // A fixed address, so that the reloaded config names the same socket.
+  const address = await freeAddress();
+  const gw = await startGateway({ config: e6aConfig({ proxy: { address } }) });
+  try {
+    const proxyUrl = gw.proxyUrl;
+    const missing = { cert_file: join(gw.configFile, '..', 'missing.crt'), key_file: join(gw.configFile, '..', 'missing.key') };
+
+    // TLS switched on for the proxy listener (same address), with a certificate that does not exist.
+    const onProxy = await reloadWith(gw, e6aConfig({ proxy: { address, tls: missing }, extraModel: true }), 'config_reload_failed');
+    assert.match(String(onProxy.reason), /missing\.crt/);
+    await assertUnchanged(gw, proxyUrl, 0);
+    assert.match(String(onProxy.reason), /"proxy"/, 'the reason names the listener');
+
+    // A new TLS listener next to the others, with the same missing certificate: nothing starts.
+    const extra = { name: 'secure', address: '127.0.0.1:0', role: 'proxy', tls: missing };
+    const onNew = await reloadWith(gw, e6aConfig({ proxy: { address }, extraModel: true, extraListeners: [extra] }), 'config_reload_failed');
+    assert.match(String(onNew.reason), /secure.*missing\.crt/);
+    await assertUnchanged(gw, proxyUrl, 1);
+    assert.ok(!gw.logs.some((l) => l.event === 'listener_started' && l.listener === 'secure'));
+
+    // The next valid reload applies: the new model is served on the same socket.
+    await reloadWith(gw, e6aConfig({ proxy: { address }, extraModel: true }), 'config_reloaded');
+    assert.equal(await chatStatus(proxyUrl, 'new-model'), 200);
+    assert.equal(await readyzStatus(gw), 200);
+  } finally {
+    await gw.stop();
+  }
+});
+
+test('E6a: a listener renamed on the same address is replaced without losing the address', { timeout: 60_000 }, async () => {
+  const gw = await startGateway({ config: e6aConfig({ proxy: { address: '127.0.0.1:0' } }) });
+  try {
+    const address = new URL(gw.proxyUrl).host;
+    const renamed = e6aConfig({ proxy: { address }, extraModel: true });
+    renamed.listeners[0]!.name = 'ingress';
+    await reloadWith(gw, renamed, 'config_reloaded');
+    assert.ok(gw.logs.some((l) => l.event === 'listener_started' && l.listener === 'ingress' && l.address === address));
+    assert.equal(await chatStatus(gw.proxyUrl, 'new-model'), 200);
+    assert.equal(await readyzStatus(gw), 200);
+  } finally {
+    await gw.stop();
+  }
+});
+
+test('E6a: TLS switched on for a listener on the same address: the old socket gives way to the new one, which serves', { skip: openssl.skip, timeout: 60_000 }, async () => {
+  const pki = makePki();
+  const address = await freeAddress();
+  const gw = await startGateway({ config: e6aConfig({ proxy: { address } }) });
+  const plain = new Agent({ keepAliveTimeout: 30_000 });
+  const secure = new Agent({ connect: { ca: pki.caPem } });
+  try {
+    // A request in flight on the plain listener across the switch finishes normally.
+    const slow = request(`http://${address}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: plain,
+      headers: { 'content-type': 'application/json', ...mockHeader({ headersDelayMs: 3000 }) },
+      body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+    }).then(async (res) => ({ status: res.statusCode, connection: res.headers.connection, text: await res.body.text() }));
+    // (The /server_info request counts itself.)
+    await eventually(async () => ((await (await fetch(`${gw.adminUrl}/server_info`)).json()) as { in_flight: number }).in_flight === 2, 5000, 'request in flight');
+    await reloadWith(gw, e6aConfig({ proxy: { address, tls: { cert_file: pki.server.cert, key_file: pki.server.key } }, extraModel: true }), 'config_reloaded');
+    const res = await request(`https://${address}/v1/chat/completions`, {
+      method: 'POST',
+      dispatcher: secure,
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ model: 'new-model', messages: [{ role: 'user', content: 'x' }] }),
+    });
+    await res.body.text();
+    assert.equal(res.statusCode, 200, 'the TLS listener serves the new routing');
+    assert.equal(await readyzStatus(gw), 200);
+    const done = await slow;
+    assert.equal(done.status, 200, 'the request on the old socket finished');
+    assert.equal(done.connection, 'close', 'and its connection was retired');
+  } finally {
+    await plain.close();
+    await secure.close();
+    await gw.stop();
+  }
+});
+
+test('E6a: with workers, a reload that a worker cannot apply changes nothing anywhere and the supervisor reports it', { timeout: 60_000 }, async () => {
+  const busy = await holdPort();
+  const gw = await startGateway({ config: e6aConfig({ proxy: { address: '127.0.0.1:0' }, workers: 2 }) });
+  try {
+    const proxyUrl = gw.proxyUrl;
+    // The supervisor's line (no `worker` field) says which worker failed and why.
+    const before = gw.logs.length;
+    writeFileSync(gw.configFile, stringify(e6aConfig({ proxy: { address: busy.address }, extraModel: true, workers: 2 })));
+    gw.signal('SIGHUP');
+    const failed = await gw.waitForLog((l) => l.event === 'config_reload_failed' && l.worker === undefined && gw.logs.indexOf(l) >= before, 20_000);
+    assert.match(String(failed.reason), /worker \d: .*EADDRINUSE/);
+    assert.ok(!gw.logs.slice(before).some((l) => l.event === 'config_reloaded'), 'no process switched');
+    for (let i = 0; i < 4; i++) assert.equal(await chatStatus(proxyUrl, 'new-model'), 404, 'no worker took the new routing');
+    await assertUnchanged(gw, proxyUrl, 0);
+
+    // The next valid reload applies in every process.
+    const target = await freeAddress();
+    const reloaded = gw.logs.filter((l) => l.event === 'config_reloaded').length;
+    writeFileSync(gw.configFile, stringify(e6aConfig({ proxy: { address: target }, extraModel: true, workers: 2 })));
+    gw.signal('SIGHUP');
+    await eventually(() => gw.logs.filter((l) => l.event === 'config_reloaded').length === reloaded + 3, 20_000, 'config_reloaded in all three processes');
+    for (let i = 0; i < 4; i++) assert.equal(await chatStatus(`http://${target}`, 'new-model'), 200);
+    assert.equal(await readyzStatus(gw), 200);
+  } finally {
+    busy.server.close();
     await gw.stop();
   }
 });

@@ -1,7 +1,8 @@
 // The mock upstream's WebSocket side: an OpenAI Realtime-like endpoint at /v1/realtime. It sends
 // `session.created` on connect; each `response.create` from the client is answered with a text
 // delta and a `response.done` carrying usage (5 input, 7 output tokens). A client message
-// `{"type":"mock.close","code":N}` makes the mock close the session with that code.
+// `{"type":"mock.close","code":N}` makes the mock close the session with that code. The query
+// `mock_status=N` refuses the handshake with that status; `mock_hang=1` never answers it.
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -20,13 +21,21 @@ export interface RealtimeSessionRecord extends MockRequest {
 /** Returns a function that terminates every open session (for the mock's close()). */
 export function attachRealtime(server: Server, received: MockRequest[] | undefined): () => void {
   const wss = new WebSocketServer({ noServer: true, handleProtocols: (protocols) => (protocols.has('realtime') ? 'realtime' : false) });
+  const hanging = new Set<Duplex>();
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '').split('?')[0]!.replace(/\/+$/, '');
     if (path !== '/v1/realtime' && path !== '/realtime') {
       socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
       return;
     }
-    const rejectWith = new URL(req.url ?? '/', 'http://x').searchParams.get('mock_status');
+    const query = new URL(req.url ?? '/', 'http://x').searchParams;
+    if (query.has('mock_hang')) {
+      hanging.add(socket);
+      socket.on('error', () => {});
+      socket.once('close', () => hanging.delete(socket));
+      return;
+    }
+    const rejectWith = query.get('mock_status');
     if (rejectWith) {
       const body = JSON.stringify({ error: { message: 'scripted rejection', type: 'invalid_request_error', code: 'mock' } });
       socket.end(`HTTP/1.1 ${rejectWith} Rejected\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);
@@ -36,6 +45,7 @@ export function attachRealtime(server: Server, received: MockRequest[] | undefin
   });
   return () => {
     for (const client of wss.clients) client.terminate();
+    for (const socket of hanging) socket.destroy();
   };
 }
 

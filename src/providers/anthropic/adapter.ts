@@ -36,4 +36,8 @@ export class AnthropicProvider implements Provider {
   close(): Promise<void> {
     return this.pool.close();
   }
+
+  destroy(): Promise<void> {
+    return this.pool.destroy();
+  }
 }

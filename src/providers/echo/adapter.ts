@@ -54,6 +54,8 @@ export class EchoProvider implements Provider {
   }
 
   async close(): Promise<void> {}
+
+  async destroy(): Promise<void> {}
 }
 
 const sse = (data: unknown, event?: string): string =>

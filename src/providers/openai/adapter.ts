@@ -44,4 +44,8 @@ export class OpenAIProvider implements Provider {
   close(): Promise<void> {
     return this.pool.close();
   }
+
+  destroy(): Promise<void> {
+    return this.pool.destroy();
+  }
 }
