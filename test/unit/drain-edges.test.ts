@@ -111,11 +111,12 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
   /** An HTTP/2 connection: it has a graceful close (GOAWAY) and a retire notice. */
   const h2 = (listener = 'proxy') => {
     const c = connect(listener);
-    const calls = { retire: 0, gracefulClose: 0 };
+    const calls = { retire: 0, gracefulClose: 0, now: [] as (boolean | undefined)[] };
     c.connection.protocol = 'h2';
     c.connection.retire = () => calls.retire++;
-    c.connection.gracefulClose = () => {
+    c.connection.gracefulClose = (now?: boolean) => {
       calls.gracefulClose++;
+      calls.now.push(now);
       c.socket.destroySoon();
     };
     return { ...c, calls };
@@ -417,6 +418,19 @@ describe('E2 proactive drain', () => {
   });
 });
 
+describe('E3 opt-in reset', () => {
+  test("E3: with reset_upgraded_on_proactive_drain, an upgraded session is reset at its moment and counted out as 'proactive_drain_reset'", () => {
+    const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
+    const ws = t.active();
+    t.lifecycle.connections.upgraded(ws.connection);
+    void t.lifecycle.drain('SIGTERM');
+    t.advanceSecs(40);
+    assert.equal(ws.socket.closedBy, 'destroy');
+    assert.equal(ws.connection.retiring, true);
+    assert.deepEqual(t.closed, ['proactive_drain_reset']);
+  });
+});
+
 describe('E6 retireConnection', () => {
   test('E6: a connection is told once; a closed one is not told', () => {
     const t = setup();
@@ -607,6 +621,38 @@ describe('L8 forced drain edges', () => {
     await nextTurn();
     assert.equal(t.shutdownCalls, 1);
     assert.equal(t.events('process_exit').length, 1);
+    assert.equal(await t.lifecycle.done, 1);
+  });
+});
+
+describe('L4/L8 how connections end', () => {
+  test('L4: a drain ends an HTTP/2 connection with its final GOAWAY in its own time; a forced drain asks for it now', () => {
+    const t = setup();
+    const drained = t.h2();
+    t.lifecycle.requestStarted(drained.connection);
+    const forced = t.h2();
+    t.lifecycle.requestStarted(forced.connection);
+    void t.lifecycle.drain('SIGTERM');
+    t.lifecycle.requestFinished(drained.connection);
+    assert.deepEqual(drained.calls.now, [false]);
+    t.lifecycle.force('SIGTERM');
+    assert.deepEqual(forced.calls.now, [true]);
+  });
+
+  test('L8: at a forced exit every connection still open is destroyed: one whose FIN was not answered, one accepted after the force', async () => {
+    const t = setup();
+    const held = t.active();
+    held.socket.holdOnEnd = true;
+    void t.lifecycle.drain('SIGTERM');
+    t.lifecycle.force('SIGTERM');
+    assert.equal(held.socket.destroyed, false, 'its FIN is on the way');
+    const late = t.connect();
+    t.advanceSecs(1);
+    assert.equal(t.lifecycle.state, 'exited');
+    assert.equal(held.socket.closedBy, 'destroy');
+    assert.equal(late.socket.closedBy, 'destroy');
+    assert.deepEqual(t.closed, ['drain_forced', 'drain_forced']);
+    assert.equal(t.lifecycle.connections.size, 0);
     assert.equal(await t.lifecycle.done, 1);
   });
 });
