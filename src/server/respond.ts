@@ -31,7 +31,8 @@ export function sendJson(ctx: RequestContext, decision: DrainDecision, status: n
 export function sendError(ctx: RequestContext, decision: DrainDecision, error: GatewayError): void {
   ctx.errorCode ||= error.code;
   if (ctx.res.headersSent || ctx.res.destroyed) return;
-  const body = error.body();
+  // In the caller's shape (set by the route), so its SDK shows the message, not raw JSON.
+  const body = error.body(ctx.dialect);
   writeHead(ctx, decision, error.status, { ...error.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   ctx.res.end(body);
 }
