@@ -103,6 +103,15 @@ class Generation {
   }
 }
 
+/** Why a listening socket could not be bound, in words, for the errors people meet. */
+const BIND_FAILURES: Readonly<Record<string, string>> = {
+  EADDRINUSE: 'the address is already in use (another process is listening on it)',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'the address is not one of this machine\'s',
+  ENOTFOUND: 'the host name does not resolve',
+  EAI_AGAIN: 'the host name could not be resolved now',
+};
+
 export class Listener {
   readonly name: string;
   readonly role: ListenerConfig['role'];
@@ -189,7 +198,8 @@ export class Listener {
     if (options.hold) this.#held ??= [];
     return new Promise((resolve, reject) => {
       const failed = (error: NodeJS.ErrnoException) => {
-        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${error.message}`, { cause: error }), { code: error.code }));
+        const why = BIND_FAILURES[error.code ?? ''] ?? error.message;
+        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${why}${error.code && why !== error.message ? ` (${error.code})` : ''}`, { cause: error }), { code: error.code }));
       };
       this.#acceptor.once('error', failed);
       this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
