@@ -309,7 +309,7 @@ export class Lifecycle implements DrainDecision {
     this.#inFlight--;
     if (connection && this.connections.requestFinished(connection) && (connection.retiring || this.shouldRetire(connection.listener))) {
       // L3: a response that began before the drain has finished. HTTP/2 says goodbye with GOAWAY,
-      // which no client can race, and once the listeners are closed everything goes (L6). An
+      // whose last stream id tells the client what was not processed, and once the listeners are closed everything goes (L6). An
       // HTTP/1.1 connection inside the window is not closed under its client, which may be sending
       // its next request right now: that next response carries `Connection: close` instead.
       if (connection.gracefulClose || this.#state === 'closing') this.connections.end(connection, 'drain_retired');
