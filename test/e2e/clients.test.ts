@@ -6,7 +6,9 @@
 // the Vercel AI SDK, LangChain and curl.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { connect, type TcpNetConnectOpts } from 'node:net';
 import { promisify } from 'node:util';
 import OpenAI from 'openai';
@@ -17,7 +19,7 @@ import { createAnthropic } from '@ai-sdk/anthropic';
 import { APICallError, embed, generateText, streamText } from 'ai';
 import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
 import { ChatAnthropic } from '@langchain/anthropic';
-import { startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { ROOT, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 import { makePki, type TestPki } from '../support/certs.ts';
 import { requireTool } from '../support/system-tool.ts';
@@ -27,7 +29,8 @@ const openssl = requireTool('openssl', 'openssl');
 const curl = requireTool('curl', 'curl');
 const run = promisify(execFile);
 
-const CLIENT_KEY = 'sk-client-key-clients-1';
+// The key the page's snippets use, so that they run here as written.
+const CLIENT_KEY = 'a-sluice-client-key';
 const OPENAI_PROVIDER_KEY = 'sk-provider-openai-clients-secret';
 const ANTHROPIC_PROVIDER_KEY = 'sk-ant-provider-clients-secret';
 
@@ -60,6 +63,7 @@ before(async () => {
         { name: 'gpt-test', provider: 'openai' },
         { name: 'embed-test', provider: 'openai' },
         { name: 'realtime-test', provider: 'openai' },
+        { name: 'gpt-realtime', provider: 'openai' },
         { name: 'claude-test', provider: 'anthropic' },
         { name: 'echo', provider: 'local' },
       ],
@@ -416,5 +420,107 @@ describe('curl', { skip: curl.skip }, () => {
     const [body, version] = stdout.split('\n');
     assert.equal(version, '2');
     assert.equal((JSON.parse(body!) as { choices: { message: { content: string } }[] }).choices[0]!.message.content, 'echo: hello');
+  });
+});
+
+// ---------------------------------------------------------------------------------------------
+// The page's code blocks themselves, run as written: only the address (127.0.0.1:8080, or
+// 127.0.0.1:8443 for TLS) and the CA file's name are replaced by this gateway's.
+describe('docs/clients.md, its code blocks run as written', () => {
+  const page = readFileSync(join(ROOT, 'docs', 'clients.md'), 'utf8');
+  const blocks = (lang: string): string[] => [...page.matchAll(new RegExp('^```' + lang + '\\n([\\s\\S]*?)^```$', 'gm'))].map((m) => m[1]!);
+  const localize = (code: string): string => {
+    let out = code.replaceAll('http://127.0.0.1:8080', base);
+    if (tlsBase) out = out.replaceAll('https://127.0.0.1:8443', tlsBase);
+    if (pki) out = out.replaceAll("readFileSync('ca.crt')", `readFileSync(${JSON.stringify(pki.caCert)})`);
+    return out;
+  };
+
+  /** Runs a TypeScript snippet as a module file inside the repository (so it finds node_modules). */
+  function runSnippet(code: string): Promise<{ code: number | null; stdout: string; stderr: string }> {
+    const dir = mkdtempSync(join(ROOT, 'test', '.snippet-'));
+    const file = join(dir, 'snippet.ts');
+    writeFileSync(file, localize(code));
+    return new Promise((resolve, reject) => {
+      const env = { ...process.env };
+      for (const name of ['OPENAI_BASE_URL', 'OPENAI_API_KEY', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY', 'ANTHROPIC_API_URL']) delete env[name];
+      const child = spawn(process.execPath, [file], { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env });
+      let stdout = '';
+      let stderr = '';
+      child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+      child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+      const timer = setTimeout(() => child.kill('SIGKILL'), 20_000);
+      child.on('error', reject);
+      child.on('close', (exitCode) => {
+        clearTimeout(timer);
+        rmSync(dir, { recursive: true, force: true });
+        resolve({ code: exitCode, stdout, stderr });
+      });
+    });
+  }
+
+  const ts = blocks('ts');
+  const snippet = (marker: string): string => {
+    const found = ts.filter((b) => b.includes(marker));
+    assert.equal(found.length, 1, `one ts block with ${marker} on the page`);
+    return found[0]!;
+  };
+
+  test('every ts block is one of the runs below', () => {
+    assert.equal(ts.length, 6);
+  });
+
+  test('openai', async () => {
+    const result = await runSnippet(snippet("openai.responses.create"));
+    assert.equal(result.code, 0, result.stderr);
+    // The streamed text, then the model ids, one a line.
+    assert.ok(result.stdout.startsWith('echo: hi'), result.stdout);
+    assert.deepEqual(result.stdout.slice('echo: hi'.length).trimEnd().split('\n').sort(), ['claude-test', 'echo', 'embed-test', 'gpt-realtime', 'gpt-test', 'realtime-test']);
+  });
+
+  for (const [name, marker] of [['realtime, TLS listener', "readFileSync('ca.crt')"], ['realtime, plain listener', 'createConnection']] as const) {
+    test(name, { skip: marker.includes('ca.crt') ? openssl.skip : false }, async () => {
+      mock.reset();
+      const result = await runSnippet(snippet(marker));
+      assert.equal(result.code, 0, result.stderr);
+      await mock.waitFor((r) => (r[0] as RealtimeSessionRecord | undefined)?.closed === true);
+      const session = mock.received[0] as RealtimeSessionRecord;
+      assert.equal(session.path, '/v1/realtime?model=gpt-realtime');
+      assert.deepEqual(session.messages.map((m) => (JSON.parse(m) as { type: string }).type), ['response.create']);
+    });
+  }
+
+  test('@anthropic-ai/sdk', async () => {
+    const result = await runSnippet(snippet('new Anthropic('));
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, 'echo: hi');
+  });
+
+  test('Vercel AI SDK', async () => {
+    const result = await runSnippet(snippet('createOpenAI('));
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, 'echo: hi');
+  });
+
+  test('LangChain JS', async () => {
+    const result = await runSnippet(snippet('new ChatOpenAI('));
+    assert.equal(result.code, 0, result.stderr);
+    assert.equal(result.stdout, 'echo: hi');
+  });
+
+  test('curl', { skip: curl.skip }, async () => {
+    const sh = blocks('sh');
+    assert.equal(sh.length, 1);
+    const { stdout } = await run('sh', ['-ec', localize(sh[0]!)]);
+    // curl adds no newline: the three answers follow each other.
+    const sse = stdout.indexOf('data: ');
+    const done = stdout.indexOf('data: [DONE]\n\n');
+    assert.ok(sse > 0 && done > sse, stdout);
+    const chat = JSON.parse(stdout.slice(0, sse)) as { choices: { message: { content: string } }[] };
+    assert.equal(chat.choices[0]!.message.content, 'echo: hello');
+    const deltas = stdout.slice(sse, done).split('\n').filter((l) => l.startsWith('data: '));
+    assert.equal(deltas.map((l) => (JSON.parse(l.slice(6)) as { choices: { delta: { content?: string } }[] }).choices[0]?.delta.content ?? '').join(''), 'echo: hello');
+    const message = JSON.parse(stdout.slice(done + 'data: [DONE]\n\n'.length)) as { content: unknown };
+    assert.deepEqual(message.content, [{ type: 'text', text: 'echo: hello' }]);
   });
 });
