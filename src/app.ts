@@ -204,7 +204,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   };
 
   registerScopes(config);
-  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, handlersFor(l.role)));
+  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, logger, handlersFor(l.role)));
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
@@ -296,7 +296,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
           kept.push(existing);
           continue;
         }
-        const fresh = new Listener(l, next.downstream, lifecycle, systemClock, logger, handlersFor(l.role));
+        const fresh = new Listener(l, next.downstream, lifecycle, logger, handlersFor(l.role));
         opened.push(fresh);
         kept.push(fresh);
         deferred.push(fresh);

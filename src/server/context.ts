@@ -1,6 +1,7 @@
 // Per-request facts: our id, the caller's id, the peer and what the request turned out to be.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/lifecycle.ts';
@@ -8,6 +9,14 @@ import type { ForceEndable } from '../lifecycle/lifecycle.ts';
 export interface Usage {
   prompt: number;
   completion: number;
+}
+
+/**
+ * The request came over an HTTP/2 stream. Not `httpVersionMajor === 2`: an HTTP/1.1 request line
+ * may claim any version ("GET / HTTP/2.0"), and Node's HTTP/1.1 parser reports what it claims.
+ */
+export function isHttp2Request(req: IncomingMessage): boolean {
+  return req instanceof Http2ServerRequest;
 }
 
 /** What every exchange (an HTTP request or a WebSocket session) records. */
@@ -33,7 +42,7 @@ export class ExchangeContext {
     this.#remoteAddress = req.socket.remoteAddress;
     this.#remotePort = req.socket.remotePort;
     this.connection = connection;
-    this.protocol = req.httpVersionMajor === 2 ? 'h2' : 'http1';
+    this.protocol = isHttp2Request(req) ? 'h2' : 'http1';
   }
 
   get downstreamRequestId(): string | undefined {

@@ -14,8 +14,7 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
       res.shouldKeepAlive = false;
       if (connection) connection.retiring = true;
     }
-    // HTTP/2: the GOAWAY notice now, the final one after the drain timeout (L4); streams the client
-    // already sent still complete.
+    // HTTP/2: the GOAWAY now, with the last stream id (L4); streams the client already sent complete.
     else if (connection && !connection.retiring) connection.retire?.();
   }
   headers['x-request-id'] = ctx.id;
