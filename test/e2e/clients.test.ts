@@ -259,7 +259,7 @@ describe('Vercel AI SDK', () => {
     assertProviderKeys();
   });
 
-  test('@ai-sdk/anthropic: a gateway error on /v1/messages surfaces with its message', { todo: 'needs Anthropic-shaped errors on /v1/messages (issue #12, item 7)' }, async () => {
+  test('@ai-sdk/anthropic: a gateway error on /v1/messages surfaces with its message', async () => {
     await assert.rejects(generateText({ model: anthropic()('no-such-model'), prompt: 'hi', maxOutputTokens: 64, maxRetries: 0 }), (error: unknown) => {
       assert.ok(APICallError.isInstance(error), `got ${String(error)}`);
       assert.equal(error.statusCode, 404);
