@@ -5,6 +5,7 @@ import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { ErrorDialect } from '../gateway/errors.ts';
 
 export interface Usage {
   prompt: number;
@@ -68,6 +69,8 @@ export class RequestContext extends ExchangeContext {
   readonly res: ServerResponse;
   /** What ends this request when the drain is forced (L8), when it knows better than a bare 503. */
   forceEnder: ForceEndable | undefined = undefined;
+  /** Whose error shape the caller expects: Anthropic's on its routes and for its clients. */
+  dialect: ErrorDialect = 'openai';
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);

@@ -83,7 +83,7 @@ export function createRequestHandler(services: RequestServices) {
   /**
    * L8: a forced drain ends every request in flight with an explicit error. The relay of a proxied
    * request knows how (it also aborts the upstream request); anything else that has not answered
-   * yet (still reading the body, say) gets a 503 in the OpenAI shape.
+   * yet (still reading the body, say) gets a 503 in the caller's shape.
    */
   function forceEnd(ctx: RequestContext, reason: string): void {
     if (ctx.forceEnder) return ctx.forceEnder.forceEnd(reason);
@@ -137,7 +137,7 @@ export function createRequestHandler(services: RequestServices) {
     } catch (error) {
       // Nothing a client sends may take the process down; this is a bug, answered as one.
       logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'request handler failed');
-      if (!res.headersSent) sendJson(ctx, lifecycle, 500, '{"error":{"message":"internal gateway error","type":"server_error","code":"internal_error"}}');
+      if (!res.headersSent) sendError(ctx, lifecycle, errors.internal());
       else res.destroy();
     }
   };

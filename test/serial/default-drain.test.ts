@@ -237,9 +237,8 @@ test('L1/L2/L3/L4/L5/L7/E2/E3 at the default settings (window 30 s, drain timeou
     assert.equal(h2SseResult.error, undefined, `the HTTP/2 SSE stream was cut ${h2SseResult.at - signalledAt} ms into the drain; ${await closeReasons(gw)}`);
     assert.equal(h2SseResult.status, 200);
     assertCompleteStream(h2SseResult.body, H2_SSE_CHUNKS, 'HTTP/2 SSE stream');
-    // L4: the session open before the drain got the GOAWAY notice, then the real last stream id.
-    assert.equal(goaways[0], 2 ** 31 - 1, `GOAWAYs seen: ${JSON.stringify(goaways)}`);
-    assert.ok(goaways.length >= 2, `GOAWAYs seen: ${JSON.stringify(goaways)}`);
+    // L4: the session open before the drain got one GOAWAY with its real last stream id.
+    assert.ok(goaways.length >= 1 && goaways.every((id) => id > 0 && id < 2 ** 31 - 1), `GOAWAYs seen: ${JSON.stringify(goaways)}`);
 
     stop = true;
     await Promise.all([pooledLoop, h2Loop]);
