@@ -486,9 +486,9 @@ export class Lifecycle implements DrainDecision {
       if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced');
       else this.connections.destroy(connection, 'drain_forced');
     }
-    // Sockets that do not finish writing promptly must not hold a forced exit.
-    this.#after(1000, () => this.#finish());
     this.#check();
+    // Sockets that do not finish writing promptly must not hold a forced exit.
+    if (this.#state !== 'exited') this.#after(1000, () => this.#finish());
   }
 
   #connectionAccepted(connection: TrackedConnection): void {
