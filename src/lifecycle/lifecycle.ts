@@ -487,8 +487,9 @@ export class Lifecycle implements DrainDecision {
       else this.connections.destroy(connection, 'drain_forced');
     }
     this.#check();
-    // Sockets that do not finish writing promptly must not hold a forced exit.
-    if (this.#state !== 'exited') this.#after(1000, () => this.#finish());
+    // Sockets that do not finish writing promptly must not hold a forced exit (unless #check() has
+    // already finished it).
+    if ((this.#state as LifecycleState) !== 'exited') this.#after(1000, () => this.#finish());
   }
 
   #connectionAccepted(connection: TrackedConnection): void {
