@@ -30,6 +30,8 @@ export async function runWorker(version: string): Promise<number> {
     else if (gateway) handle(gateway, message);
     else early.push(message);
   });
+  // The supervisor sends nothing before this (see `hello` in messages.ts).
+  send({ type: 'hello' });
   const start = await new Promise<Extract<ToWorker, { type: 'start' }> | undefined>((resolve) => {
     onStart = resolve;
     process.once('disconnect', () => resolve(undefined));
