@@ -76,7 +76,7 @@ async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(config: Config, file: string | undefined): Promise<number> {
-  const loggers = createLoggers({ level: config.log.level });
+  const loggers = createLoggers({ level: config.log.level, format: config.log.format });
   const logger = loggers.events;
   const count = workerCount(config, availableParallelism());
   let gateway: RunningGateway;
@@ -97,9 +97,25 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
     // every worker did.
     started.lifecycle.done.then((code) => resolve(code || (workers?.exitCode ?? 0)), () => resolve(1));
     let signalled = false;
+    // Someone at a terminal (Ctrl-C) is told in words what the drain waits for and how to stop it.
+    const terminal = process.stdout.isTTY === true;
     const onSignal = (signal: NodeJS.Signals) => {
       if (signalled) started.force(`second ${signal}`);
-      else void started.drain(signal);
+      else {
+        void started.drain(signal);
+        // (Nothing to say when the drain is already over.)
+        if (terminal && started.lifecycle.draining) {
+          const waiting = started.lifecycle.waitingFor();
+          const what =
+            waiting.window_secs_left > 0
+              ? `keeping the listeners open ${waiting.window_secs_left} s (shutdown.min_drain_secs), then finishing what is in flight`
+              : 'finishing what is in flight';
+          logger.info(
+            { event: 'drain_hint', signal },
+            `${signal === 'SIGINT' ? 'Ctrl-C' : signal}: stopping gracefully, ${what}${workers ? ` on ${workers.size} workers` : ''}; press Ctrl-C again to stop now`,
+          );
+        }
+      }
       signalled = true;
     };
     process.on('SIGTERM', onSignal);

@@ -14,7 +14,7 @@ export interface BoundListener {
   address: string;
 }
 
-export type WorkerState = 'starting' | 'ready' | 'restarting' | 'exited';
+export type WorkerState = 'starting' | 'ready' | 'draining' | 'restarting' | 'exited';
 
 export interface WorkerReply<T> {
   slot: number;
@@ -88,6 +88,8 @@ export class WorkerGroup {
   #pendingReload: { id: number; config: Config; trigger: string; asked: Set<Worker> } | undefined;
   /** Set by the first drain or force: from then on a worker that exits is not restarted. */
   #stopping = false;
+  /** A drain was passed on: the workers that serve are draining (sluice_workers{state}). */
+  #draining = false;
   #allExited: (() => void) | undefined;
 
   constructor(options: WorkerGroupOptions) {
@@ -120,7 +122,10 @@ export class WorkerGroup {
   /** Workers by state, for the metrics. */
   counts(): { state: WorkerState; count: number }[] {
     const counts = new Map<WorkerState, number>();
-    for (const slot of this.#slots) counts.set(slot.state, (counts.get(slot.state) ?? 0) + 1);
+    for (const slot of this.#slots) {
+      const state = slot.state === 'ready' && this.#draining ? 'draining' : slot.state;
+      counts.set(state, (counts.get(state) ?? 0) + 1);
+    }
     return [...counts].map(([state, count]) => ({ state, count }));
   }
 
@@ -151,7 +156,10 @@ export class WorkerGroup {
   /** Passes a drain, force or health-check change on to every worker. */
   command(command: LifecycleCommand): void {
     if (command.kind === 'healthcheck') this.#healthCheckFailed = command.failed;
-    if (command.kind !== 'healthcheck') this.#stop();
+    if (command.kind !== 'healthcheck') {
+      this.#draining = true;
+      this.#stop();
+    }
     this.#broadcast({ type: 'command', command });
   }
 
@@ -322,7 +330,9 @@ export class WorkerGroup {
     this.#clearStartTimer(slot);
     slot.worker = undefined;
     slot.state = 'exited';
-    slot.release?.();
+    // Released after this exit is logged: the last release may end the supervisor's drain, whose
+    // process_exit line must come after every worker_exited.
+    const release = slot.release;
     slot.release = undefined;
     const stopping = this.#stopping;
     const clean = code === 0 && signal === null;
@@ -360,6 +370,7 @@ export class WorkerGroup {
       }, delay);
       slot.restartTimer.unref();
     }
+    release?.();
     this.#checkAllExited();
   }
 

@@ -37,7 +37,7 @@ export async function runWorker(version: string): Promise<number> {
     process.once('disconnect', () => resolve(undefined));
   });
   if (!start) return 1;
-  const loggers = createLoggers({ level: start.config.log.level, worker: slot });
+  const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot });
   const logger = loggers.events;
   try {
     gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false });

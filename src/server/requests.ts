@@ -97,15 +97,16 @@ export function createRequestHandler(services: RequestServices) {
 
   return function onRequest(listener: Listener, req: IncomingMessage, res: ServerResponse): void {
     const connection = listener.connectionOf(req);
-    lifecycle.requestStarted(connection);
+    const path = pathOf(req.url);
+    const probe = path === '/livez' || path === '/readyz';
+    lifecycle.requestStarted(connection, probe);
     const ctx = new RequestContext(req, res, listener.name, connection);
-    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason) });
+    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason), kind: () => ctx.forceEnder?.kind?.() ?? 'request' });
     res.once('close', () => {
       untrack();
       finished(ctx);
     });
-    const path = pathOf(req.url);
-    if (path === '/livez' || path === '/readyz') {
+    if (probe) {
       ctx.endpoint = path.slice(1);
       metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       const answer = path === '/livez' ? liveness() : readiness(services.healthChecks(), hasQueryKey(req.url, 'verbose'));
