@@ -81,7 +81,8 @@ export class WorkerGroup {
   #supervisor: Supervisor | undefined;
   #healthCheckFailed = false;
   #nextQuery = 0;
-  readonly #queries = new Map<number, (slot: number, value: unknown) => void>();
+  /** Pending queries by id: called with a worker's answer, or with nothing when a worker exits. */
+  readonly #queries = new Map<number, (slot?: number, value?: unknown) => void>();
   #starting: { resolve: (listeners: BoundListener[]) => void; reject: (error: Error) => void } | undefined;
   #worstExitCode = 0;
   /** The reload prepared by the workers and not yet committed or aborted. */
@@ -224,8 +225,9 @@ export class WorkerGroup {
       };
       const timer = setTimeout(finish, timeoutMs);
       this.#queries.set(id, (slot, value) => {
-        replies.set(slot, value);
-        if (asked.every((s) => replies.has(s.index))) finish();
+        if (slot !== undefined) replies.set(slot, value);
+        // A worker that exited will not answer: no need to wait for it.
+        if (asked.every((s) => replies.has(s.index) || !s.worker)) finish();
       });
       if (asked.length === 0) return finish();
       for (const slot of asked) this.#send(slot, sent);
@@ -370,6 +372,7 @@ export class WorkerGroup {
       }, delay);
       slot.restartTimer.unref();
     }
+    for (const check of [...this.#queries.values()]) check();
     release?.();
     this.#checkAllExited();
   }
