@@ -155,7 +155,8 @@ interface Terminal {
   type(keys: string): void;
   waitFor(pattern: RegExp, timeoutMs?: number): Promise<RegExpMatchArray>;
   exited: Promise<{ code: number | null; at: number }>;
-  kill(): void;
+  /** Ends it: Ctrl-C twice (killing \`script\` alone would leave the gateway running: SIGHUP reloads it), then SIGKILL. */
+  kill(): Promise<void>;
 }
 
 function inTerminal(args: string[], env: Record<string, string | undefined>): Terminal {
@@ -173,7 +174,13 @@ function inTerminal(args: string[], env: Record<string, string | undefined>): Te
     type: (keys) => child.stdin.write(keys),
     waitFor: (pattern, timeoutMs = 15_000) => eventually(() => text().match(pattern), timeoutMs, `${String(pattern)} on the terminal`) as Promise<RegExpMatchArray>,
     exited,
-    kill: () => child.kill('SIGKILL'),
+    kill: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      child.stdin.write('\x03');
+      child.stdin.write('\x03');
+      await Promise.race([exited, new Promise((r) => setTimeout(r, 3000))]);
+      child.kill('SIGKILL');
+    },
   };
 }
 
@@ -197,7 +204,7 @@ describe('Ctrl-C on a terminal', { skip: script.skip }, () => {
       for (const line of lines) assert.match(line.replace(/^\^C/, ''), /^\[\d\d:\d\d:\d\d\.\d{3}\] (INFO|WARN|ERROR|FATAL): /, `a readable line, not JSON: ${line}`);
       assert.match(text, /\[\d\d:\d\d:\d\d\.\d{3}\] INFO: \[worker 1\] drain_started: /);
     } finally {
-      term.kill();
+      await term.kill();
     }
   });
 
@@ -228,7 +235,7 @@ describe('Ctrl-C on a terminal', { skip: script.skip }, () => {
       assert.ok(!(answer instanceof Error), String(answer));
       assert.equal(answer.status, 503);
     } finally {
-      term.kill();
+      await term.kill();
     }
   });
 
@@ -243,7 +250,7 @@ describe('Ctrl-C on a terminal', { skip: script.skip }, () => {
       assert.ok(lines.length >= 4);
       for (const line of lines) assert.doesNotThrow(() => JSON.parse(line), line);
     } finally {
-      term.kill();
+      await term.kill();
     }
   });
 });
