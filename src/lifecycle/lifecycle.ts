@@ -353,7 +353,7 @@ export class Lifecycle implements DrainDecision {
     this.#inFlight++;
     if (!connection) return;
     this.connections.requestStarted(connection);
-    if (this.#acceptedWhileDraining.delete(connection)) {
+    if (this.draining && this.#acceptedWhileDraining.delete(connection)) {
       if (probe) this.#probeConnections++;
       else this.#logAcceptedWhileDraining(connection);
     }

@@ -1,9 +1,10 @@
 // Structured JSON logs (pino) on stdout, or readable lines for a terminal (pino-pretty). Secrets never
 // reach here: callers log names and ids, never headers or keys, and the redact list below is a
 // second line of defence for the event log.
+import { createRequire } from 'node:module';
 import { isatty } from 'node:tty';
 import { pino, type DestinationStream, type Logger, type LoggerOptions as PinoOptions } from 'pino';
-import { prettyFactory } from 'pino-pretty';
+import type { prettyFactory as PrettyFactory } from 'pino-pretty';
 
 export type { Logger };
 
@@ -95,6 +96,8 @@ class PrettyLines implements DestinationStream {
 
   constructor(batch: LineBatch, colorize: boolean) {
     this.#batch = batch;
+    // Loaded only when asked for: JSON logging never loads it.
+    const { prettyFactory } = createRequire(import.meta.url)('pino-pretty') as { prettyFactory: typeof PrettyFactory };
     this.#pretty = prettyFactory({
       colorize,
       translateTime: 'SYS:HH:MM:ss.l',
