@@ -145,7 +145,13 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     (listener) => metrics.connectionsRejected.labels(listener).inc(),
   );
   lifecycle.connections.limit = config.downstream.max_connections;
-  const gateway = new Gateway(createRouting(config), {
+  // A provider's model list that cannot be fetched is logged once, until it answers again.
+  const modelListEvents = {
+    failed: (provider: string, reason: string) =>
+      logger.warn({ event: 'models_list_failed', provider, reason }, `could not fetch the model list of provider "${provider}"; /v1/models lists the exact names only`),
+    recovered: (provider: string) => logger.info({ event: 'models_list_recovered', provider }, `the model list of provider "${provider}" is available again`),
+  };
+  const gateway = new Gateway(createRouting(config, modelListEvents), {
     decision: lifecycle,
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
@@ -222,7 +228,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   };
 
   registerScopes(config);
-  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, systemClock, logger, handlersFor(l.role)));
+  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, logger, handlersFor(l.role)));
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
@@ -299,7 +305,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       }
     };
     try {
-      routing = createRouting(next, { config: current, routing: gateway.routing });
+      routing = createRouting(next, modelListEvents, { config: current, routing: gateway.routing });
       const old = new Map(listeners.map((l) => [l.name, l]));
       const reconfigure: ((trigger: string) => void)[] = [];
       const kept: Listener[] = [];
@@ -314,7 +320,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
           kept.push(existing);
           continue;
         }
-        const fresh = new Listener(l, next.downstream, lifecycle, systemClock, logger, handlersFor(l.role));
+        const fresh = new Listener(l, next.downstream, lifecycle, logger, handlersFor(l.role));
         opened.push(fresh);
         kept.push(fresh);
         deferred.push(fresh);

@@ -87,7 +87,10 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
     }
     gateway = await startGateway(config, loggers, version, { workers });
   } catch (error) {
-    logger.fatal({ event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
+    // A failure with a code (a port in use, a certificate that cannot be read) is the machine's,
+    // not a bug: one line that says why, without a stack trace.
+    const code = (error as NodeJS.ErrnoException | null)?.code;
+    logger.fatal(typeof code === 'string' ? { event: 'start_failed', code } : { event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
     flushLogger(logger);
     return 1;
   }

@@ -1,6 +1,6 @@
 // Reading, interpolating and validating a config; every problem is reported with its key path.
 import { readFileSync } from 'node:fs';
-import { parseDocument } from 'yaml';
+import { isMap, isPair, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type Config } from './schema.ts';
 import { interpolate, type MissingVariable } from './interpolate.ts';
@@ -10,6 +10,11 @@ export interface ConfigProblem {
   /** Dotted key path, e.g. `listeners[0].address`; empty for the whole document. */
   path: string;
   message: string;
+  /** Where in the file, 1-based, when known. */
+  line?: number;
+  column?: number;
+  /** The source line and a caret under the column (YAML syntax errors). */
+  excerpt?: string;
 }
 
 export class ConfigError extends Error {
@@ -17,10 +22,17 @@ export class ConfigError extends Error {
   readonly problems: ConfigProblem[];
   readonly source: string;
   constructor(source: string, problems: ConfigProblem[]) {
-    super(`invalid config (${source}):\n${problems.map((p) => `  - ${p.path || '(document)'}: ${p.message}`).join('\n')}`);
+    super(`invalid config (${source}):\n${problems.map((p) => formatProblem(source, p)).join('\n')}`);
     this.source = source;
     this.problems = problems;
   }
+}
+
+/** `  - path: message (file:line:column)`, then the excerpt, if any, indented. */
+function formatProblem(source: string, problem: ConfigProblem): string {
+  const where = problem.line === undefined ? '' : ` (${source}:${problem.line}:${problem.column ?? 1})`;
+  const excerpt = problem.excerpt ? `\n${problem.excerpt.replace(/^/gm, '      ')}` : '';
+  return `  - ${problem.path || '(document)'}: ${problem.message}${where}${excerpt}`;
 }
 
 export function formatPath(path: readonly PropertyKey[]): string {
@@ -60,13 +72,9 @@ function describeValue(value: unknown): string {
 
 /** Parses and validates config text. Throws ConfigError listing every problem found. */
 export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv = process.env): Config {
-  const document = parseDocument(text, { prettyErrors: true, uniqueKeys: true });
-  if (document.errors.length > 0) {
-    throw new ConfigError(
-      source,
-      document.errors.map((e) => ({ path: '', message: `YAML syntax: ${e.message.split('\n')[0]}` })),
-    );
-  }
+  const lines = new LineCounter();
+  const document = parseDocument(text, { prettyErrors: false, uniqueKeys: true, lineCounter: lines });
+  if (document.errors.length > 0) throw new ConfigError(source, [syntaxProblem(text, document.errors, lines)]);
   let raw: unknown;
   try {
     raw = document.toJS({ maxAliasCount: 100 }) ?? {};
@@ -83,24 +91,207 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   } catch (error) {
     throw new ConfigError(source, [{ path: '', message: (error as Error).message }]);
   }
+  const locate = (path: readonly PropertyKey[], key = false) => locationOf(document, lines, path, key);
   const problems: ConfigProblem[] = missing.map((m) => ({
     path: formatPath(m.path),
     message: `environment variable \${${m.variable}} is not set (write \${${m.variable}:-} for an optional value)`,
+    ...locate(m.path),
   }));
+  // A value whose variable is unset is reported once, as such, not again as the "" it became.
+  const unset = new Set(problems.map((p) => p.path));
   // reportInput: describeIssue tells a wrong value ("got ...") from a missing one by `issue.input`.
   const result = configSchema.safeParse(resolved, { reportInput: true });
   if (!result.success) {
-    for (const issue of result.error.issues) {
+    for (const issue of result.error.issues.flatMap((i) => unionBranch(i))) {
       // An unknown key is reported at its own path, one problem per key.
       if (issue.code === 'unrecognized_keys') {
-        for (const key of issue.keys) problems.push({ path: formatPath([...issue.path, key]), message: `unknown key "${key}"` });
-      } else {
-        problems.push({ path: formatPath(issue.path), message: describeIssue(issue) });
+        for (const key of issue.keys) {
+          const path = [...issue.path, key];
+          problems.push({ path: formatPath(path), message: `unknown key "${key}"${suggestKey(key, issue.path)}`, ...locate(path, true) });
+        }
+      } else if (!unset.has(formatPath(issue.path))) {
+        problems.push({ path: formatPath(issue.path), message: describeIssue(issue), ...locate(issue.path) });
       }
     }
   }
   if (problems.length > 0 || !result.success) throw new ConfigError(source, problems);
   return deepFreeze(result.data);
+}
+
+/**
+ * A union (a client key: a string or a mapping) that failed is reported as the problems of the
+ * one branch whose type fits the value, rather than zod's bare "Invalid input".
+ */
+function unionBranch(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
+  if (issue.code !== 'invalid_union' || !Array.isArray(issue.errors)) return [issue];
+  // A branch fits when its problems are inside the value (its keys), not with the value itself.
+  const fitting = issue.errors.filter((branch) => branch.every((inner) => inner.path.length > 0 || inner.code === 'unrecognized_keys'));
+  if (fitting.length !== 1) return [issue];
+  return fitting[0]!.flatMap((inner) => unionBranch({ ...inner, path: [...issue.path, ...inner.path] } as z.core.$ZodIssue));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Locations and hints
+
+/** Line and column of the node at `path` (of its key with `key`), or of its nearest ancestor. */
+function locationOf(document: Document, lines: LineCounter, path: readonly PropertyKey[], key: boolean): { line?: number; column?: number } {
+  for (let length = path.length; length >= 0; length--) {
+    const parent = length > 0 ? document.getIn(path.slice(0, length - 1), true) : undefined;
+    let offset: number | undefined;
+    if (length === 0) offset = document.contents?.range?.[0];
+    else if (isMap(parent)) {
+      const pair = parent.items.find((item) => isPair(item) && isScalar(item.key) && String(item.key.value) === String(path[length - 1]));
+      const node = key && length === path.length ? pair?.key : (pair?.value ?? pair?.key);
+      offset = (node as { range?: [number, number, number] } | undefined)?.range?.[0];
+    } else {
+      offset = (document.getIn(path.slice(0, length), true) as { range?: [number, number, number] } | undefined)?.range?.[0];
+    }
+    if (offset !== undefined) {
+      const { line, col } = lines.linePos(offset);
+      return { line, column: col };
+    }
+  }
+  return {};
+}
+
+/** The first YAML syntax error (later ones are mostly its echoes), said plainly and placed. */
+function syntaxProblem(text: string, yamlErrors: readonly { code: string; message: string; pos: [number, number] }[], lines: LineCounter): ConfigProblem {
+  const flowVariable = unquotedVariableInFlow(text);
+  if (flowVariable) {
+    return {
+      path: '',
+      message: `YAML syntax: \${${flowVariable.name}} inside { } or [ ] must be quoted: write "\${${flowVariable.name}}"`,
+      ...at(text, lines, flowVariable.offset),
+    };
+  }
+  const first = yamlErrors[0]!;
+  // The parser's message ends in its own "at line L, column C:" and an excerpt: ours replace them.
+  let message = first.message.replace(/ at line \d+, column \d+:?[\s\S]*$/, '').trim();
+  let offset = first.pos[0];
+  const opener = unclosedOpener(text);
+  if (opener && (first.code === 'MISSING_CHAR' || first.code === 'BAD_INDENT' || first.code === 'UNEXPECTED_TOKEN') && opener.offset <= offset) {
+    // An unclosed quote or bracket is found where the file ends or the next key starts: point at
+    // where it was opened instead.
+    offset = opener.offset;
+    message = `${opener.what} is never closed`;
+  }
+  return { path: '', message: `YAML syntax: ${message[0]!.toLowerCase()}${message.slice(1)}`, ...at(text, lines, offset) };
+}
+
+/** The line, column and excerpt (the line and a caret) of `offset`. */
+function at(text: string, lines: LineCounter, offset: number): Pick<ConfigProblem, 'line' | 'column' | 'excerpt'> {
+  const { line, col: found } = lines.linePos(Math.min(offset, text.length));
+  const source = text.split(/\r?\n/)[line - 1] ?? '';
+  if (source.trim() === '') return { line, column: found };
+  // A position in the indentation means the item that starts after it.
+  const indent = /^[ ]*/.exec(source)![0].length;
+  const col = found <= indent ? indent + 1 : found;
+  return { line, column: col, excerpt: `${source}\n${' '.repeat(Math.max(0, col - 1))}^` };
+}
+
+/**
+ * The first `${VAR}` written unquoted inside a flow collection (`{ key: ${VAR} }`), where YAML
+ * reads its `{` as the start of a mapping. Tracks quotes, comments and bracket depth line by line.
+ */
+function unquotedVariableInFlow(text: string): { name: string; offset: number } | undefined {
+  let depth = 0;
+  let quote = '';
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (quote) {
+      if (c === quote && !(quote === '"' && text[i - 1] === '\\')) quote = '';
+      continue;
+    }
+    if (c === '#' && (i === 0 || /\s/.test(text[i - 1]!))) {
+      while (i < text.length && text[i] !== '\n') i++;
+      continue;
+    }
+    if ((c === '"' || c === "'") && (i === 0 || /[\s,[{:]/.test(text[i - 1]!))) quote = c;
+    else if (c === '[' || c === '{') {
+      if (c === '{' && text[i - 1] === '$' && depth > 0) {
+        const match = /^\$\{([A-Za-z_][A-Za-z0-9_]*)/.exec(text.slice(i - 1));
+        if (match) return { name: match[1]!, offset: i - 1 };
+      }
+      depth++;
+    } else if ((c === ']' || c === '}') && depth > 0) depth--;
+  }
+  return undefined;
+}
+
+/** The first quote or bracket left open, if any (the same scan as above). */
+function unclosedOpener(text: string): { what: string; offset: number } | undefined {
+  const open: { what: string; offset: number }[] = [];
+  let quote: { what: string; offset: number; char: string } | undefined;
+  for (let i = 0; i < text.length; i++) {
+    const c = text[i]!;
+    if (quote) {
+      if (c === quote.char && !(quote.char === '"' && text[i - 1] === '\\')) quote = undefined;
+      continue;
+    }
+    if (c === '#' && (i === 0 || /\s/.test(text[i - 1]!))) {
+      while (i < text.length && text[i] !== '\n') i++;
+      continue;
+    }
+    if ((c === '"' || c === "'") && (i === 0 || /[\s,[{:]/.test(text[i - 1]!))) quote = { what: `the ${c} quote opened here`, offset: i, char: c };
+    else if ((c === '[' || c === '{') && (open.length > 0 || i === 0 || /[\s:,-]/.test(text[i - 1]!))) open.push({ what: `the ${c} opened here`, offset: i });
+    else if ((c === ']' || c === '}') && open.length > 0) open.pop();
+  }
+  return quote ?? open[0];
+}
+
+/** ` (did you mean "x"?)` for an unknown key close to a known one at the same place, else "". */
+function suggestKey(key: string, parentPath: readonly PropertyKey[]): string {
+  const known = keysAt(parentPath);
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of known) {
+    const distance = editDistance(key.toLowerCase(), candidate);
+    if (distance < bestDistance) [best, bestDistance] = [candidate, distance];
+  }
+  if (best !== undefined && bestDistance <= Math.max(1, Math.floor(best.length / 3))) return ` (did you mean "${best}"?)`;
+  return known.length > 0 && known.length <= 12 ? ` (known keys: ${known.join(', ')})` : '';
+}
+
+type SchemaDef = { type: string; shape?: Record<string, unknown>; innerType?: unknown; element?: unknown; out?: unknown; options?: unknown[] };
+const defOf = (schema: unknown): SchemaDef | undefined => (schema as { _zod?: { def?: SchemaDef } } | undefined)?._zod?.def;
+
+/** The keys the schema allows in the mapping at `path` (none when it is not a fixed mapping). */
+function keysAt(path: readonly PropertyKey[]): string[] {
+  let schema: unknown = configSchema;
+  const unwrap = () => {
+    for (let guard = 0; guard < 20; guard++) {
+      const def = defOf(schema);
+      if (!def) return;
+      if (def.innerType !== undefined) schema = def.innerType;
+      else if (def.type === 'pipe') schema = def.out;
+      else if (def.type === 'union') schema = def.options?.find((option) => defOf(option)?.type === 'object');
+      else return;
+    }
+  };
+  for (const part of path) {
+    unwrap();
+    const def = defOf(schema);
+    if (def?.type === 'array' && typeof part === 'number') schema = def.element;
+    else if (def?.type === 'object' && def.shape && typeof part === 'string') schema = def.shape[part];
+    else return [];
+  }
+  unwrap();
+  const def = defOf(schema);
+  return def?.type === 'object' && def.shape ? Object.keys(def.shape) : [];
+}
+
+/** Edit distance with adjacent transpositions (optimal string alignment). */
+function editDistance(a: string, b: string): number {
+  const d: number[][] = Array.from({ length: a.length + 1 }, (_, i) => [i, ...Array<number>(b.length).fill(0)]);
+  for (let j = 1; j <= b.length; j++) d[0]![j] = j;
+  for (let i = 1; i <= a.length; i++) {
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      d[i]![j] = Math.min(d[i - 1]![j]! + 1, d[i]![j - 1]! + 1, d[i - 1]![j - 1]! + cost);
+      if (i > 1 && j > 1 && a[i - 1] === b[j - 2] && a[i - 2] === b[j - 1]) d[i]![j] = Math.min(d[i]![j]!, d[i - 2]![j - 2]! + 1);
+    }
+  }
+  return d[a.length]![b.length]!;
 }
 
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): Config {

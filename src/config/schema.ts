@@ -115,7 +115,7 @@ const downstream = z.strictObject({
   headers_timeout_secs: fromEnv(z.number().positive()).default(30),
   /** Time allowed for a client to send a complete request body. */
   request_timeout_secs: seconds.default(300),
-  /** L4: time between an HTTP/2 session's GOAWAY notice and its final GOAWAY. */
+  /** E2/E6: a connection told to go (proactive drain, listener changed) gets this long before it is closed if idle. */
   drain_timeout_secs: seconds.default(5),
   /** Open downstream connections allowed per process (each worker) across its listeners (0 = no limit); more are closed at once. */
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),

@@ -1,4 +1,5 @@
-// Errors that reach a client: each has a stable code, its HTTP status and an OpenAI-shaped body.
+// Errors that reach a client: each has a stable code, its HTTP status and a body in the caller's
+// API shape: OpenAI's, or Anthropic's on the Anthropic routes.
 
 export type ErrorType =
   | 'invalid_request_error'
@@ -8,6 +9,20 @@ export type ErrorType =
   | 'upstream_error'
   | 'timeout_error'
   | 'server_error';
+
+/** Whose error shape a caller expects. */
+export type ErrorDialect = 'openai' | 'anthropic';
+
+/** Anthropic's error types (its API reference, "Errors") for ours. */
+const ANTHROPIC_TYPES: Readonly<Record<ErrorType, string>> = {
+  invalid_request_error: 'invalid_request_error',
+  authentication_error: 'authentication_error',
+  not_found_error: 'not_found_error',
+  request_too_large: 'request_too_large',
+  upstream_error: 'api_error',
+  timeout_error: 'timeout_error',
+  server_error: 'api_error',
+};
 
 export class GatewayError extends Error {
   readonly status: number;
@@ -24,7 +39,8 @@ export class GatewayError extends Error {
     this.headers = headers;
   }
 
-  body(): string {
+  body(dialect: ErrorDialect = 'openai'): string {
+    if (dialect === 'anthropic') return JSON.stringify({ type: 'error', error: { type: ANTHROPIC_TYPES[this.type], message: this.message } });
     return JSON.stringify({ error: { message: this.message, type: this.type, code: this.code } });
   }
 }
@@ -35,6 +51,9 @@ export const errors = {
   notAnObject: () => new GatewayError(400, 'invalid_request_error', 'invalid_body', 'request body must be a JSON object'),
   missingModel: () => new GatewayError(400, 'invalid_request_error', 'model_required', 'request body must name a "model" (a string)'),
   unknownModel: (model: string) => new GatewayError(404, 'not_found_error', 'model_not_found', `model "${model}" is not configured on this gateway`),
+  modelNotOffered: (model: string, provider: string) =>
+    new GatewayError(404, 'not_found_error', 'model_not_found', `model "${model}" matches a route to provider "${provider}", which does not list it`),
+  invalidParameter: (name: string, detail: string) => new GatewayError(400, 'invalid_request_error', 'invalid_parameter', `query parameter "${name}" ${detail}`),
   unsupportedEndpoint: (model: string, provider: string, type: string, path: string) =>
     new GatewayError(400, 'invalid_request_error', 'unsupported_endpoint', `model "${model}" is served by provider "${provider}" (type ${type}), which does not serve ${path}`),
   missingKey: () => new GatewayError(401, 'authentication_error', 'missing_api_key', 'missing API key: send "Authorization: Bearer <key>" or "x-api-key: <key>"'),

@@ -9,20 +9,20 @@ import { ClientKeys } from '../auth/keys.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from './body.ts';
-import { errors } from './errors.ts';
+import { errors, type ErrorDialect } from './errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
-import { listModels } from './models.ts';
+import { anthropicListBody, anthropicPage, ModelCatalog, modelBody, openaiListBody, type ModelListEvents } from './models.ts';
 
 export interface Routing {
   readonly router: ModelRouter;
   readonly providers: ReadonlyMap<string, Provider>;
   readonly keys: ClientKeys;
   readonly bodyLimit: number;
-  readonly modelList: string;
+  readonly models: ModelCatalog;
 }
 
-export function createRouting(config: Config, previous?: { config: Config; routing: Routing }): Routing {
+export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
   const router = new ModelRouter(config.models);
   const providers = createProviders(config, previous && { config: previous.config, providers: previous.routing.providers });
   return {
@@ -30,7 +30,7 @@ export function createRouting(config: Config, previous?: { config: Config; routi
     providers,
     keys: new ClientKeys(config.keys),
     bodyLimit: config.downstream.request_body_limit_bytes,
-    modelList: listModels(config),
+    models: new ModelCatalog(router, providers, events),
   };
 }
 
@@ -39,13 +39,25 @@ interface EndpointSpec {
   readonly metricName: string;
 }
 
+const MODELS_PATH = '/v1/models';
+
 const MODEL_ENDPOINTS: ReadonlyMap<string, EndpointSpec> = new Map([
   ['/v1/chat/completions', { endpoint: 'chat', metricName: 'chat_completions' }],
   ['/v1/completions', { endpoint: 'completions', metricName: 'completions' }],
   ['/v1/embeddings', { endpoint: 'embeddings', metricName: 'embeddings' }],
   ['/v1/responses', { endpoint: 'responses', metricName: 'responses' }],
   ['/v1/messages', { endpoint: 'messages', metricName: 'messages' }],
+  ['/v1/messages/count_tokens', { endpoint: 'count_tokens', metricName: 'count_tokens' }],
 ]);
+
+/**
+ * Anthropic's routes answer in Anthropic's shape; OpenAI's in OpenAI's. Elsewhere (`/v1/models`,
+ * an unknown path) the `anthropic-version` header, which Anthropic's SDKs always send, tells.
+ */
+function dialectOf(ctx: RequestContext, spec: EndpointSpec | undefined): ErrorDialect {
+  if (spec) return spec.endpoint === 'messages' || spec.endpoint === 'count_tokens' ? 'anthropic' : 'openai';
+  return ctx.req.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
+}
 
 export class Gateway {
   #routing: Routing;
@@ -67,28 +79,57 @@ export class Gateway {
 
   /** The endpoint label for a path, or undefined when the proxy does not serve it. */
   endpointOf(path: string): string | undefined {
-    if (path === '/v1/models') return 'models';
+    if (path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`)) return 'models';
     return MODEL_ENDPOINTS.get(path)?.metricName;
   }
 
   handle(ctx: RequestContext, path: string): void {
     const routing = this.#routing;
     const { req } = ctx;
-    if (path === '/v1/models') {
+    const spec = MODEL_ENDPOINTS.get(path);
+    ctx.dialect = dialectOf(ctx, spec);
+    if (path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`)) {
       if (req.method !== 'GET') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'GET'));
       if (!this.#authorize(ctx, routing)) return;
-      return sendJson(ctx, this.#env.decision, 200, routing.modelList);
+      return this.#settle(ctx, this.#models(ctx, routing, path));
     }
-    const spec = MODEL_ENDPOINTS.get(path);
     if (!spec) return sendError(ctx, this.#env.decision, errors.notFound(path));
     if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'POST'));
     if (!this.#authorize(ctx, routing)) return;
-    this.#forward(ctx, spec, routing, path).catch((error: unknown) => {
+    this.#settle(ctx, this.#forward(ctx, spec, routing, path));
+  }
+
+  #settle(ctx: RequestContext, work: Promise<void>): void {
+    work.catch((error: unknown) => {
       // A bug, not a client mistake: answered as one, and the process carries on.
       this.#env.reportBug(error, ctx.id);
       if (!ctx.res.headersSent) sendError(ctx, this.#env.decision, errors.internal());
       else ctx.res.destroy();
     });
+  }
+
+  /** `GET /v1/models` and `GET /v1/models/{id}` (the id may contain `/`), in the caller's shape. */
+  async #models(ctx: RequestContext, routing: Routing, path: string): Promise<void> {
+    const decision = this.#env.decision;
+    if (path === MODELS_PATH) {
+      const models = await routing.models.list();
+      if (ctx.dialect === 'openai') return sendJson(ctx, decision, 200, openaiListBody(models));
+      const url = ctx.req.url ?? '';
+      const q = url.indexOf('?');
+      const page = anthropicPage(new URLSearchParams(q === -1 ? '' : url.slice(q + 1)));
+      if ('parameter' in page) return sendError(ctx, decision, errors.invalidParameter(page.parameter, page.problem));
+      return sendJson(ctx, decision, 200, anthropicListBody(models, page));
+    }
+    let id: string;
+    try {
+      id = decodeURIComponent(path.slice(MODELS_PATH.length + 1));
+    } catch {
+      return sendError(ctx, decision, errors.unknownModel(path.slice(MODELS_PATH.length + 1)));
+    }
+    ctx.model = id;
+    const found = await routing.models.find(id);
+    if ('model' in found) return sendJson(ctx, decision, 200, modelBody(found.model, ctx.dialect));
+    sendError(ctx, decision, found.missing === 'unrouted' ? errors.unknownModel(id) : errors.modelNotOffered(id, found.provider));
   }
 
   #authorize(ctx: RequestContext, routing: Routing): boolean {
@@ -134,7 +175,7 @@ export class Gateway {
       }
     }
     if (ctx.res.destroyed) return;
-    const relay = new ResponseRelay(ctx, this.#env, spec.endpoint === 'messages' ? 'anthropic' : 'openai');
+    const relay = new ResponseRelay(ctx, this.#env, ctx.dialect);
     try {
       provider.dispatch({ endpoint: spec.endpoint, body: bytes, json: body, headers: upstreamHeaders(ctx.req.headers), requestId: ctx.id }, relay);
     } catch (error) {

@@ -7,7 +7,7 @@ import type { DrainDecision, ForceEndable } from '../lifecycle/lifecycle.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
-import { classifyUpstreamError, errors, GatewayError } from './errors.ts';
+import { classifyUpstreamError, errors, GatewayError, type ErrorDialect } from './errors.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
 export interface RelayEnvironment {
@@ -16,8 +16,6 @@ export interface RelayEnvironment {
   /** Logs an unexpected error (a bug) with the request it happened in. */
   reportBug(error: unknown, requestId: string): void;
 }
-
-export type StreamDialect = 'openai' | 'anthropic';
 
 /** Ends the upstream request when the client leaves first. */
 class ClientGoneError extends Error {
@@ -30,14 +28,14 @@ class ClientGoneError extends Error {
 export class ResponseRelay implements ResponseHandler, ForceEndable {
   readonly #ctx: RequestContext;
   readonly #env: RelayEnvironment;
-  readonly #dialect: StreamDialect;
+  readonly #dialect: ErrorDialect;
   #controller: DispatchController | undefined;
   #usage: UsageReader | undefined;
   #sse = false;
   #ended = false;
   #waitingForDrain = false;
 
-  constructor(ctx: RequestContext, env: RelayEnvironment, dialect: StreamDialect) {
+  constructor(ctx: RequestContext, env: RelayEnvironment, dialect: ErrorDialect) {
     this.#ctx = ctx;
     this.#env = env;
     this.#dialect = dialect;
@@ -112,10 +110,7 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   }
 
   #endStreamWithError(error: GatewayError): void {
-    const payload = this.#dialect === 'anthropic'
-      ? `event: error\ndata: ${JSON.stringify({ type: 'error', error: { type: error.code === 'upstream_timeout' ? 'timeout_error' : 'api_error', message: error.message } })}\n\n`
-      : `event: error\ndata: ${error.body()}\n\n`;
-    this.#ctx.res.end(payload);
+    this.#ctx.res.end(`event: error\ndata: ${error.body(this.#dialect)}\n\n`);
   }
 
   #finish(): void {

@@ -20,12 +20,9 @@ export interface TrackedConnection {
   /** Set when the connection must close once its current response is done (L3). */
   retiring: boolean;
   closeReason: string | undefined;
-  /**
-   * How to close it gracefully when the protocol has its own way (HTTP/2: the final GOAWAY, open
-   * streams finish). `now`: even when a GOAWAY notice is still waiting for its drain timeout.
-   */
-  gracefulClose: ((now?: boolean) => void) | undefined;
-  /** How to tell a multiplexed connection's client to go elsewhere soon (HTTP/2: GOAWAY notice). */
+  /** How to close it gracefully when the protocol has its own way (HTTP/2: GOAWAY, open streams finish). */
+  gracefulClose: (() => void) | undefined;
+  /** How to tell a multiplexed connection's client to go elsewhere soon (HTTP/2: GOAWAY). */
   retire: (() => void) | undefined;
 }
 
@@ -125,11 +122,11 @@ export class ConnectionTracker {
     connection.state = 'upgraded';
   }
 
-  /** Ends the connection gracefully (FIN after pending writes), recording why; `now`: see gracefulClose. */
-  end(connection: TrackedConnection, reason: string, now = false): void {
+  /** Ends the connection gracefully (FIN after pending writes), recording why. */
+  end(connection: TrackedConnection, reason: string): void {
     connection.closeReason ??= reason;
     if (connection.gracefulClose) {
-      connection.gracefulClose(now);
+      connection.gracefulClose();
       return;
     }
     // Sends FIN after pending writes, then destroys: a peer that never answers our FIN must not

@@ -16,8 +16,8 @@ export interface DrainDecision {
    */
   shouldRetire(listener?: string): boolean;
   /**
-   * Called when an immediate drain begins for `listener` (HTTP/2 sessions get their GOAWAY
-   * notice). Returns an unsubscribe.
+   * Called when an immediate drain begins for `listener` (HTTP/2 sessions get their
+   * GOAWAY). Returns an unsubscribe.
    */
   onRetire(listener: string, callback: () => void): () => void;
 }
@@ -364,7 +364,7 @@ export class Lifecycle implements DrainDecision {
     this.#inFlight--;
     if (connection && this.connections.requestFinished(connection) && (connection.retiring || this.shouldRetire(connection.listener))) {
       // L3: a response that began before the drain has finished. HTTP/2 says goodbye with GOAWAY,
-      // which no client can race, and once the listeners are closed everything goes (L6). An
+      // whose last stream id tells the client what was not processed, and once the listeners are closed everything goes (L6). An
       // HTTP/1.1 connection inside the window is not closed under its client, which may be sending
       // its next request right now: that next response carries `Connection: close` instead.
       if (connection.gracefulClose || this.#state === 'closing') this.connections.end(connection, 'drain_retired');
@@ -519,8 +519,8 @@ export class Lifecycle implements DrainDecision {
   }
 
   /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets the
-   * GOAWAY notice then the final GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
+   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets its
+   * GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
    * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
    * process or the listener is going away). Upgraded sessions are left to finish.
    */
@@ -547,14 +547,14 @@ export class Lifecycle implements DrainDecision {
     // had not started, an error event on a stream, a 1001 close frame on a WebSocket session.
     for (const stream of [...this.#forceEndables]) stream.forceEnd(reason);
     for (const connection of this.connections.all()) {
-      // Those just wrote their error: let it flush (FIN after the writes, HTTP/2's final GOAWAY
-      // even after a notice); everything else goes now.
-      if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced', true);
+      // Those just wrote their error: let it flush (FIN after the writes, HTTP/2's GOAWAY);
+      // everything else goes now.
+      if (connection.inFlight > 0) this.connections.end(connection, 'drain_forced');
       else this.connections.destroy(connection, 'drain_forced');
     }
-    // Sockets that do not finish writing promptly must not hold a forced exit.
-    this.#after(1000, () => this.#finish());
     this.#check();
+    // Sockets that do not finish writing promptly must not hold a forced exit.
+    if (this.#state !== 'exited') this.#after(1000, () => this.#finish());
   }
 
   /** A drain line: the message says what the drain waits for, in words (O1). */

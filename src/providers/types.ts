@@ -2,7 +2,7 @@
 // provider never sees sockets, `res`, or the lifecycle.
 import type { Dispatcher } from 'undici';
 
-export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'realtime';
+export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';
 
 export type ProviderType = 'openai' | 'anthropic' | 'echo';
 
@@ -29,8 +29,22 @@ export interface Provider {
   dispatch(request: ProviderRequest, handler: ResponseHandler): void;
   /** Where a realtime (WebSocket) session goes, for providers that serve one. */
   realtimeTarget?(query: URLSearchParams): { url: string; headers: Record<string, string> };
+  /**
+   * The provider's own model list (`GET /models`), for routes by pattern. Rejects when the
+   * provider cannot be asked or does not answer with a list; `signal` bounds the wait.
+   */
+  listModels?(signal: AbortSignal): Promise<UpstreamModel[]>;
   /** Waits for requests in progress, then closes pooled connections. */
   close(): Promise<void>;
   /** A forced end (L8): aborts requests in progress and closes pooled connections now. */
   destroy(): Promise<void>;
+}
+
+/** One entry of a provider's model list. */
+export interface UpstreamModel {
+  readonly id: string;
+  /** Unix seconds; 0 when the provider does not say. */
+  readonly created: number;
+  /** Anthropic's `display_name`; undefined when the provider gives none. */
+  readonly displayName: string | undefined;
 }

@@ -4,6 +4,9 @@ import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.ts';
 import type { ProviderRequest, ResponseHandler } from './types.ts';
 
+/** The largest model list read from a provider. */
+const MAX_LIST_BYTES = 8 * 1024 * 1024;
+
 export class UpstreamPool {
   readonly #pool: Pool;
   readonly #basePath: string;
@@ -34,6 +37,33 @@ export class UpstreamPool {
     headers['content-length'] = String(request.body.length);
     headers['x-request-id'] = request.requestId;
     this.#pool.dispatch({ method: 'POST', path: this.#basePath + path, headers, body: request.body, blocking: true }, handler);
+  }
+
+  /**
+   * GET `path` (under the base path) and parse the JSON answer. A status other than 200, a body
+   * that is not JSON or is larger than `MAX_LIST_BYTES` rejects; `signal` aborts the request.
+   */
+  async getJson(path: string, credentials: Record<string, string>, signal: AbortSignal): Promise<unknown> {
+    const response = await this.#pool.request({ method: 'GET', path: this.#basePath + path, headers: { ...credentials, accept: 'application/json' }, signal });
+    if (response.statusCode !== 200) {
+      response.body.resume();
+      throw new Error(`HTTP ${response.statusCode}`);
+    }
+    const chunks: Buffer[] = [];
+    let size = 0;
+    for await (const chunk of response.body) {
+      size += (chunk as Buffer).length;
+      if (size > MAX_LIST_BYTES) {
+        response.body.destroy();
+        throw new Error(`answer larger than ${MAX_LIST_BYTES} bytes`);
+      }
+      chunks.push(chunk as Buffer);
+    }
+    try {
+      return JSON.parse(Buffer.concat(chunks, size).toString('utf8'));
+    } catch {
+      throw new Error('answer is not JSON');
+    }
   }
 
   close(): Promise<void> {

@@ -1,13 +1,23 @@
 // Per-request facts: our id, the caller's id, the peer and what the request turned out to be.
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { ErrorDialect } from '../gateway/errors.ts';
 
 export interface Usage {
   prompt: number;
   completion: number;
+}
+
+/**
+ * The request came over an HTTP/2 stream. Not `httpVersionMajor === 2`: an HTTP/1.1 request line
+ * may claim any version ("GET / HTTP/2.0"), and Node's HTTP/1.1 parser reports what it claims.
+ */
+export function isHttp2Request(req: IncomingMessage): boolean {
+  return req instanceof Http2ServerRequest;
 }
 
 /** What every exchange (an HTTP request or a WebSocket session) records. */
@@ -33,7 +43,7 @@ export class ExchangeContext {
     this.#remoteAddress = req.socket.remoteAddress;
     this.#remotePort = req.socket.remotePort;
     this.connection = connection;
-    this.protocol = req.httpVersionMajor === 2 ? 'h2' : 'http1';
+    this.protocol = isHttp2Request(req) ? 'h2' : 'http1';
   }
 
   get downstreamRequestId(): string | undefined {
@@ -59,6 +69,8 @@ export class RequestContext extends ExchangeContext {
   readonly res: ServerResponse;
   /** What ends this request when the drain is forced (L8), when it knows better than a bare 503. */
   forceEnder: ForceEndable | undefined = undefined;
+  /** Whose error shape the caller expects: Anthropic's on its routes and for its clients. */
+  dialect: ErrorDialect = 'openai';
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);

@@ -1,35 +1,26 @@
-// HTTP/2 sessions: tracked as connections whose requests are streams, and retired with the
-// two-step GOAWAY of RFC 9113 §6.8 (L4): first a notice carrying the largest stream id, so streams
-// the client is opening right now are still accepted, then, after `drain_timeout_secs`, the final
-// GOAWAY with the real last stream id. Open streams finish either way.
-import { constants, type ServerHttp2Session } from 'node:http2';
+// HTTP/2 sessions: tracked as connections whose requests are streams, and retired with one GOAWAY
+// carrying the real last stream id (L4); open streams finish, and the session ends once they have.
+//
+// Why not RFC 9113 §6.8's two steps (a notice with the largest stream id, the final GOAWAY a few
+// seconds later)? Node's HTTP/2 has no shutdown notice: `session.goaway()` is nghttp2's
+// `submit_goaway`, after which nghttp2 ignores every new stream, whatever id the frame carried. A
+// stream that crossed such a "notice" went unanswered until the final GOAWAY refused it
+// `drain_timeout_secs` later. With the final GOAWAY at once, a stream that crosses it is refused
+// at once, and its id above the GOAWAY's last stream id tells the client it was not processed and
+// is safe to retry on a new connection.
+import type { ServerHttp2Session } from 'node:http2';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
-import type { Clock } from '../lifecycle/clock.ts';
-
-const MAX_STREAM_ID = 2 ** 31 - 1;
 
 export class Http2Sessions {
   readonly #connections = new WeakMap<ServerHttp2Session, TrackedConnection>();
   readonly #sessions = new Set<ServerHttp2Session>();
-  /** Sessions that got the GOAWAY notice and wait for their final GOAWAY. */
-  readonly #noticed = new WeakSet<ServerHttp2Session>();
-  readonly #drainTimeoutMs: number;
-  readonly #clock: Clock;
-
-  constructor(drainTimeoutMs: number, clock: Clock) {
-    this.#drainTimeoutMs = drainTimeoutMs;
-    this.#clock = clock;
-  }
 
   add(session: ServerHttp2Session, connection: TrackedConnection): void {
     connection.protocol = 'h2';
     this.#connections.set(session, connection);
     this.#sessions.add(session);
-    // Closing a session is a final GOAWAY, not a reset socket; one that already got the notice
-    // keeps its drain timeout, so a stream the client is opening right now is not refused.
-    connection.gracefulClose = (now) => {
-      if (now || !this.#noticed.has(session)) this.close(session);
-    };
+    // Closing a session is a GOAWAY, never a reset socket.
+    connection.gracefulClose = () => this.retire(session);
     connection.retire = () => this.retire(session);
     session.once('close', () => this.#sessions.delete(session));
     session.on('error', () => session.destroy());
@@ -39,23 +30,14 @@ export class Http2Sessions {
     return this.#connections.get(session);
   }
 
-  /** L4: the notice now, the final GOAWAY after the drain timeout. Idempotent. */
+  /** L4: the GOAWAY with the last stream id; the session ends when its open streams have. Idempotent. */
   retire(session: ServerHttp2Session): void {
-    if (session.closed || session.destroyed || this.#noticed.has(session)) return;
-    this.#noticed.add(session);
     const connection = this.#connections.get(session);
     if (connection) connection.retiring = true;
-    session.goaway(constants.NGHTTP2_NO_ERROR, MAX_STREAM_ID);
-    const timer = this.#clock.after(this.#drainTimeoutMs, () => this.close(session));
-    session.once('close', () => timer.cancel());
+    if (!session.closed && !session.destroyed) session.close();
   }
 
   retireAll(): void {
     for (const session of this.#sessions) this.retire(session);
-  }
-
-  /** Final GOAWAY with the last stream id; the session ends when its open streams have. */
-  close(session: ServerHttp2Session): void {
-    if (!session.closed && !session.destroyed) session.close();
   }
 }

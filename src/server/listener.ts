@@ -18,9 +18,9 @@ import type { DownstreamConfig, ListenerConfig, Protocol, TlsConfig } from '../c
 import { listenerProtocols, parseAddress } from '../config/schema.ts';
 import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
-import type { Clock } from '../lifecycle/clock.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
+import { isHttp2Request } from './context.ts';
 import { loadTlsMaterial, watchTlsFiles, type TlsMaterial } from './tls.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
@@ -54,11 +54,11 @@ class Generation {
   readonly sessions: Http2Sessions;
   pendingConnection: TrackedConnection | undefined;
 
-  constructor(listener: Listener, config: ListenerConfig, downstream: DownstreamConfig, clock: Clock, handlers: ListenerHandlers) {
+  constructor(listener: Listener, config: ListenerConfig, downstream: DownstreamConfig, handlers: ListenerHandlers) {
     this.config = config;
     this.downstream = downstream;
     this.protocols = listenerProtocols(config);
-    this.sessions = new Http2Sessions(downstream.drain_timeout_secs * 1000, clock);
+    this.sessions = new Http2Sessions();
     if (this.protocols.includes('http1')) {
       const http1 = new HttpServer({
         keepAliveTimeout: Math.round(downstream.idle_timeout_secs * 1000),
@@ -66,6 +66,8 @@ class Generation {
         requestTimeout: Math.round(downstream.request_timeout_secs * 1000),
         connectionsCheckingInterval: 1000,
         noDelay: true,
+        // Answered in requests.ts in the API's error shape (Node's own 400 has no body).
+        requireHostHeader: false,
         // Only WebSocket upgrades leave HTTP: any other `Upgrade` (h2c, an unknown protocol) is
         // served as the request it also is (RFC 9110 §7.8 lets a server ignore the header).
         shouldUpgradeCallback: (req: IncomingMessage) => handlers.onUpgrade !== undefined && isWebSocketUpgrade(req),
@@ -103,6 +105,15 @@ class Generation {
   }
 }
 
+/** Why a listening socket could not be bound, in words, for the errors people meet. */
+const BIND_FAILURES: Readonly<Record<string, string>> = {
+  EADDRINUSE: 'the address is already in use (another process is listening on it)',
+  EACCES: 'permission denied (ports below 1024 need privileges)',
+  EADDRNOTAVAIL: 'the address is not one of this machine\'s',
+  ENOTFOUND: 'the host name does not resolve',
+  EAI_AGAIN: 'the host name could not be resolved now',
+};
+
 export class Listener {
   readonly name: string;
   readonly role: ListenerConfig['role'];
@@ -110,7 +121,6 @@ export class Listener {
   readonly tls: boolean;
   readonly #acceptor: NetServer | TlsServer;
   readonly #lifecycle: Lifecycle;
-  readonly #clock: Clock;
   readonly #log: ListenerLog;
   readonly #handlers: ListenerHandlers;
   /** The generation each connection was accepted by. */
@@ -126,16 +136,15 @@ export class Listener {
   #held: Socket[] | undefined;
   #discarded = false;
 
-  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, clock: Clock, log: ListenerLog, handlers: ListenerHandlers) {
+  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, log: ListenerLog, handlers: ListenerHandlers) {
     this.name = config.name;
     this.role = config.role;
     this.configuredAddress = config.address;
     this.tls = config.tls !== undefined;
     this.#lifecycle = lifecycle;
-    this.#clock = clock;
     this.#log = log;
     this.#handlers = handlers;
-    this.#generation = new Generation(this, config, downstream, clock, handlers);
+    this.#generation = new Generation(this, config, downstream, handlers);
     if (config.tls) {
       const material = this.#loadTls(config.tls);
       const tlsServer = createTlsServer({
@@ -175,7 +184,7 @@ export class Listener {
 
   /** The tracked connection a request arrived on (HTTP/1.1: its socket; HTTP/2: its session). */
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
-    if (req.httpVersionMajor !== 2) return this.#lifecycle.connections.get(req.socket);
+    if (!isHttp2Request(req)) return this.#lifecycle.connections.get(req.socket);
     const session = (req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session;
     return this.#generation.sessions.connectionOf(session) ?? this.#sessionConnection(session);
   }
@@ -189,7 +198,8 @@ export class Listener {
     if (options.hold) this.#held ??= [];
     return new Promise((resolve, reject) => {
       const failed = (error: NodeJS.ErrnoException) => {
-        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${error.message}`, { cause: error }), { code: error.code }));
+        const why = BIND_FAILURES[error.code ?? ''] ?? error.message;
+        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${why}${error.code && why !== error.message ? ` (${error.code})` : ''}`, { cause: error }), { code: error.code }));
       };
       this.#acceptor.once('error', failed);
       this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
@@ -255,7 +265,7 @@ export class Listener {
   #reconfigure(config: ListenerConfig, downstream: DownstreamConfig): void {
     const current = this.#generation;
     if (isDeepStrictEqual(config, current.config) && isDeepStrictEqual(downstream, current.downstream)) return;
-    this.#generation = new Generation(this, config, downstream, this.#clock, this.#handlers);
+    this.#generation = new Generation(this, config, downstream, this.#handlers);
     this.#log.info({ event: 'listener_reconfigured', listener: this.name }, 'listener reconfigured; connections of the old settings are retired');
     this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation, false);
     this.#unwatch?.();

@@ -72,6 +72,10 @@ export function logIfDraining(services: RequestServices, ctx: ExchangeContext, p
   );
 }
 
+const refusalOf = (status: number, code: string, message: string) => ({ status, code, body: JSON.stringify({ error: { message, type: 'invalid_request_error', code } }) });
+const VERSION_NOT_SUPPORTED = refusalOf(505, 'http_version_not_supported', 'HTTP version not supported on this connection: send HTTP/1.1 or HTTP/1.0 (HTTP/2 needs its own connection preface)');
+const MISSING_HOST = refusalOf(400, 'missing_host', 'an HTTP/1.1 request needs a Host header');
+
 export function createRequestHandler(services: RequestServices) {
   const { lifecycle, metrics, logger } = services;
   const recordFinished = createExchangeRecorder(services);
@@ -79,7 +83,7 @@ export function createRequestHandler(services: RequestServices) {
   /**
    * L8: a forced drain ends every request in flight with an explicit error. The relay of a proxied
    * request knows how (it also aborts the upstream request); anything else that has not answered
-   * yet (still reading the body, say) gets a 503 in the OpenAI shape.
+   * yet (still reading the body, say) gets a 503 in the caller's shape.
    */
   function forceEnd(ctx: RequestContext, reason: string): void {
     if (ctx.forceEnder) return ctx.forceEnder.forceEnd(reason);
@@ -106,6 +110,18 @@ export function createRequestHandler(services: RequestServices) {
       untrack();
       finished(ctx);
     });
+    // An HTTP/1.1 connection whose request line claims another version ("HTTP/2.0", "HTTP/0.9",
+    // which Node's parser lets through), or an HTTP/1.1 request without Host (RFC 9112 §3.2; Node's
+    // own 400 would have no body): answered in the API's error shape, never routed, connection closed.
+    const refusal = ctx.protocol !== 'http1' ? undefined : req.httpVersionMajor !== 1 ? VERSION_NOT_SUPPORTED : req.httpVersionMinor === 1 && req.headers.host === undefined ? MISSING_HOST : undefined;
+    if (refusal) {
+      ctx.endpoint = 'other';
+      ctx.errorCode = refusal.code;
+      metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
+      res.shouldKeepAlive = false;
+      sendJson(ctx, lifecycle, refusal.status, refusal.body);
+      return;
+    }
     if (probe) {
       ctx.endpoint = path.slice(1);
       metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
@@ -122,7 +138,7 @@ export function createRequestHandler(services: RequestServices) {
     } catch (error) {
       // Nothing a client sends may take the process down; this is a bug, answered as one.
       logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'request handler failed');
-      if (!res.headersSent) sendJson(ctx, lifecycle, 500, '{"error":{"message":"internal gateway error","type":"server_error","code":"internal_error"}}');
+      if (!res.headersSent) sendError(ctx, lifecycle, errors.internal());
       else res.destroy();
     }
   };

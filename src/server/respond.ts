@@ -14,8 +14,7 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
       res.shouldKeepAlive = false;
       if (connection) connection.retiring = true;
     }
-    // HTTP/2: the GOAWAY notice now, the final one after the drain timeout (L4); streams the client
-    // already sent still complete.
+    // HTTP/2: the GOAWAY now, with the last stream id (L4); streams the client already sent complete.
     else if (connection && !connection.retiring) connection.retire?.();
   }
   headers['x-request-id'] = ctx.id;
@@ -31,7 +30,8 @@ export function sendJson(ctx: RequestContext, decision: DrainDecision, status: n
 export function sendError(ctx: RequestContext, decision: DrainDecision, error: GatewayError): void {
   ctx.errorCode ||= error.code;
   if (ctx.res.headersSent || ctx.res.destroyed) return;
-  const body = error.body();
+  // In the caller's shape (set by the route), so its SDK shows the message, not raw JSON.
+  const body = error.body(ctx.dialect);
   writeHead(ctx, decision, error.status, { ...error.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
   ctx.res.end(body);
 }

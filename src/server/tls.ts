@@ -14,7 +14,7 @@ export function loadTlsMaterial(config: TlsConfig): TlsMaterial {
     try {
       return readFileSync(file);
     } catch (error) {
-      throw new Error(`cannot read TLS ${what} ${file}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`);
+      throw Object.assign(new Error(`cannot read TLS ${what} ${file}: ${(error as NodeJS.ErrnoException).code ?? String(error)}`), { code: 'SLUICE_ERR_TLS' });
     }
   };
   const options: SecureContextOptions = { cert: read(config.cert_file, 'certificate'), key: read(config.key_file, 'key') };
@@ -23,7 +23,7 @@ export function loadTlsMaterial(config: TlsConfig): TlsMaterial {
     // Throws on a malformed PEM or a key that does not match the certificate.
     createSecureContext(options);
   } catch (error) {
-    throw new Error(`TLS certificate ${config.cert_file} / key ${config.key_file} rejected: ${(error as Error).message}`);
+    throw Object.assign(new Error(`TLS certificate ${config.cert_file} / key ${config.key_file} rejected: ${(error as Error).message}`), { code: 'SLUICE_ERR_TLS' });
   }
   return { options };
 }

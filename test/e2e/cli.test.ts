@@ -220,6 +220,49 @@ providers:
     assert.doesNotMatch(result.stderr, /9182736455|5647382910/);
   });
 
+  test('a YAML syntax error is one problem, placed where the mistake is, with the line and a caret', async () => {
+    const file = writeConfig('listeners:\n  - name: proxy\n    address: "127.0.0.1:0\n    role: proxy\nlog:\n  level: info\n');
+    const result = await run(['validate', '--config', file]);
+    assert.equal(result.code, 1);
+    const problems = result.stderr.split('\n').filter((l) => l.startsWith('  - '));
+    assert.equal(problems.length, 1, result.stderr);
+    // The quote opened on line 3, column 14, not where the parser gave up (line 7).
+    assert.equal(problems[0], `  - (document): YAML syntax: the " quote opened here is never closed (${file}:3:14)`);
+    assert.ok(result.stderr.includes('      ' + '    address: "127.0.0.1:0\n' + '      ' + ' '.repeat(13) + '^\n'), result.stderr);
+    assert.doesNotMatch(result.stderr, /:\n*$/);
+    // A key without its colon: the line of the key itself, and no dangling colon.
+    const colon = await run(['validate', '--config', writeConfig('listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\nshutdown:\n  min_drain_secs: 3\n  max_drain_secs 5\n')]);
+    const lines = colon.stderr.split('\n').filter((l) => l.startsWith('  - '));
+    assert.equal(lines.length, 1, colon.stderr);
+    assert.match(lines[0]!, /YAML syntax: implicit map keys need to be followed by map values \(.*:5:3\)$/);
+  });
+
+  test('an unquoted ${VAR} in a flow mapping is one problem that says to quote it', async () => {
+    const file = writeConfig('listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\nproviders:\n  - { name: up, type: openai, api_key: ${SLUICE_TEST_KEY}, headers: { x-a: b } }\n');
+    const result = await run(['validate', '--config', file], { SLUICE_TEST_KEY: 'sk-x' });
+    assert.equal(result.code, 1);
+    const problems = result.stderr.split('\n').filter((l) => l.startsWith('  - '));
+    assert.deepEqual(problems, [`  - (document): YAML syntax: \${SLUICE_TEST_KEY} inside { } or [ ] must be quoted: write "\${SLUICE_TEST_KEY}" (${file}:4:40)`]);
+  });
+
+  test('an unknown key near a known one gets a "did you mean"', async () => {
+    const file = writeConfig('listeners:\n  - name: proxy\n    address: "127.0.0.1:0"\n    role: proxy\n    protocol: [h2]\nshutdown:\n  min_drian_secs: 3\nprovider: []\n');
+    const result = await run(['validate', '--config', file]);
+    assert.equal(result.code, 1);
+    assert.ok(result.stderr.includes(`  - listeners[0].protocol: unknown key "protocol" (did you mean "protocols"?) (${file}:5:5)`), result.stderr);
+    assert.ok(result.stderr.includes(`  - shutdown.min_drian_secs: unknown key "min_drian_secs" (did you mean "min_drain_secs"?) (${file}:7:3)`), result.stderr);
+    assert.ok(result.stderr.includes(`  - provider: unknown key "provider" (did you mean "providers"?) (${file}:8:1)`), result.stderr);
+  });
+
+  test('an unset ${VAR} is reported once, not again as the empty value it became', async () => {
+    const file = writeConfig('listeners:\n  - name: proxy\n    address: ${SLUICE_TEST_UNSET_ADDR}\n    role: proxy\n');
+    const result = await run(['validate', '--config', file]);
+    assert.equal(result.code, 1);
+    const problems = result.stderr.split('\n').filter((l) => l.startsWith('  - '));
+    assert.equal(problems.length, 1, result.stderr);
+    assert.match(problems[0]!, /^  - listeners\[0\]\.address: environment variable \$\{SLUICE_TEST_UNSET_ADDR\} is not set .*:3:14\)$/);
+  });
+
   test('YAML syntax errors and a missing file exit 1', async () => {
     const syntax = await run(['validate', '--config', writeConfig('listeners: [ { name: proxy\n')]);
     assert.equal(syntax.code, 1);
@@ -382,6 +425,12 @@ describe('serve failures', () => {
       assert.equal(line.level, 'fatal');
       assert.match(String(line.msg), /EADDRINUSE/);
       assert.ok(String(line.msg).includes(`127.0.0.1:${busyPort}`), String(line.msg));
+      // One clear line: why in words, no stack trace, and the cause not repeated.
+      assert.match(String(line.msg), /the address is already in use/);
+      assert.equal(line.code, 'EADDRINUSE');
+      assert.equal(line.err, undefined, JSON.stringify(line));
+      assert.doesNotMatch(gw.stdout() + gw.stderr(), /\n\s+at /);
+      assert.equal(String(line.msg).split('EADDRINUSE').length, 2, String(line.msg));
       assert.ok(!gw.logs.some((l) => l.event === 'ready'));
     });
   }

@@ -6,7 +6,7 @@ import { Agent, request as undiciRequest } from 'undici';
 import { connect as http2Connect } from 'node:http2';
 import { startGateway, eventually, metricValue, scrape, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
-import { closedAt, httpRequest, isRefused, openSocket, postJson } from '../support/http.ts';
+import { closedAt, httpRequest, isRefused, openSocket, postJson, postJsonKeepAlive } from '../support/http.ts';
 
 let mock: MockUpstream;
 
@@ -62,18 +62,21 @@ test('L1: /readyz answers 503 within 100 ms of SIGTERM on every listener while /
 test('L2/L3/L5: a slow request outlives the window with 200; new connections in the window are served with Connection: close; the process then exits and the port refuses', async () => {
   const gw = await startGateway({ config: config({ min_drain_secs: 1 }) });
   try {
+    // Control: before the drain the same client's connection is kept.
+    assert.equal((await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat())).headers.connection, 'keep-alive');
     const slow = postJson(`${gw.proxyUrl}/v1/chat/completions`, chat(), mockHeader({ headersDelayMs: 2500 }));
     await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('2500')));
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
     await gw.waitForLog((l) => l.event === 'drain_started');
-    // L2: inside the window a new connection is accepted and served normally, then retired (L3).
-    const during = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    // L2: inside the window a new connection is accepted and served normally, then retired (L3):
+    // the client asks to keep it, so `close` is the server's decision.
+    const during = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(during.status, 200);
     assert.equal(during.headers.connection, 'close');
     // L5: past the window, the slow request is still in flight, so the listener still accepts.
     await eventually(() => Date.now() - signalledAt > 1300, 3000);
-    const late = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    const late = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(late.status, 200);
     assert.equal(late.headers.connection, 'close');
     const slowResult = await slow;
@@ -105,9 +108,10 @@ test('L3/L5: an SSE stream running across the window keeps the listener acceptin
     const signalledAt = Date.now();
     gw.signal('SIGTERM');
     await eventually(() => Date.now() - signalledAt > 1500, 3000);
-    // The window is over but the stream is in flight: still accepting, and served.
-    const late = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+    // The window is over but the stream is in flight: still accepting, and served (L3: retired).
+    const late = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
     assert.equal(late.status, 200);
+    assert.equal(late.headers.connection, 'close');
     const body = await text;
     const events = body.split('\n').filter((l) => l.startsWith('data: '));
     assert.equal(events.at(-1), 'data: [DONE]');

@@ -189,13 +189,16 @@ describe('other endpoints', () => {
     assert.match(text, /event: message_stop/);
   });
 
-  test('an OpenAI-type model on /v1/messages is a clear 400', async () => {
+  test('an OpenAI-type model on /v1/messages is a clear 400, in Anthropic\'s shape', async () => {
     const res = await post('/v1/messages', { model: 'gpt-test', max_tokens: 5, messages: [] });
     assert.equal(res.status, 400);
-    assert.equal(((await res.json()) as { error: { code: string } }).error.code, 'unsupported_endpoint');
+    const body = (await res.json()) as { type: string; error: { type: string; message: string } };
+    assert.equal(body.type, 'error');
+    assert.equal(body.error.type, 'invalid_request_error');
+    assert.match(body.error.message, /does not serve \/v1\/messages/);
   });
 
-  test('GET /v1/models lists the configured models (not patterns)', async () => {
+  test('GET /v1/models lists the exact names, and for patterns only what the provider lists (none matches pre-*)', async () => {
     const res = await fetch(`${gw.proxyUrl}/v1/models`);
     assert.equal(res.status, 200);
     const body = (await res.json()) as { object: string; data: { id: string; object: string }[] };

@@ -11,7 +11,7 @@ import fc from 'fast-check';
 import { stringify } from 'yaml';
 import { metricValue, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
-import { assertOpenAiError, assertSettled, parseResponses, rawExchange, requestOnce } from '../support/reliability.ts';
+import { assertCallerError, assertOpenAiError, assertSettled, parseResponses, rawExchange, requestOnce } from '../support/reliability.ts';
 import { ConfigError, parseConfig } from '../../src/config/load.ts';
 
 const SEED = Number(process.env.SLUICE_FUZZ_SEED ?? 20261129);
@@ -137,7 +137,7 @@ const bodyText = fc.oneof(
 );
 
 describe('random request bodies', () => {
-  test('every model endpoint answers exactly as its contract says, never 5xx, every error OpenAI-shaped, every answer complete', async () => {
+  test('every model endpoint answers exactly as its contract says, never 5xx, every error in the caller\'s shape, every answer complete', async () => {
     const seen = new Map<number, number>();
     await fc.assert(
       fc.asyncProperty(fc.constantFrom<Endpoint>('chat', 'messages', 'chat', 'messages', 'completions', 'embeddings', 'responses'), bodyText, async (endpoint, text) => {
@@ -150,8 +150,7 @@ describe('random request bodies', () => {
         const expected = expectedStatus(endpoint, text);
         assert.equal(answer.status, expected.status, `status for ${PATHS[endpoint]}: ${body.slice(0, 300)}`);
         if (answer.status >= 400) {
-          const error = assertOpenAiError(body, `${answer.status} on ${PATHS[endpoint]}`);
-          if (expected.code) assert.equal(error.code, expected.code);
+          assertCallerError(body, dialectOf(PATHS[endpoint]), `${answer.status} on ${PATHS[endpoint]}`, expected.code);
         } else if (String(answer.headers['content-type']).startsWith('text/event-stream')) {
           assert.ok(body.endsWith('\n\n'), `a stream that does not end with a blank line: ${JSON.stringify(body.slice(-100))}`);
         } else {
@@ -168,7 +167,12 @@ describe('random request bodies', () => {
 // ---------------------------------------------------------------------------------------------
 
 const METHODS = ['GET', 'POST', 'PUT', 'DELETE', 'PATCH', 'OPTIONS'] as const;
-const MODEL_PATHS = new Set(Object.values(PATHS));
+const MODEL_PATHS = new Set([...Object.values(PATHS), '/v1/messages/count_tokens']);
+
+/** Whose error shape a path answers in (with no `anthropic-version` header). */
+function dialectOf(path: string): 'openai' | 'anthropic' {
+  return path === '/v1/messages' || path === '/v1/messages/count_tokens' ? 'anthropic' : 'openai';
+}
 
 /** What a listener must answer for `method target` with an empty body. */
 function expectedForTarget(role: 'proxy' | 'admin', method: string, target: string): { status: number; code?: string } {
@@ -180,6 +184,17 @@ function expectedForTarget(role: 'proxy' | 'admin', method: string, target: stri
     return method === 'GET' ? { status: 200 } : { status: 405, code: 'method_not_allowed' };
   }
   if (path === '/v1/models') return method === 'GET' ? { status: 200 } : { status: 405, code: 'method_not_allowed' };
+  if (path.startsWith('/v1/models/')) {
+    if (method !== 'GET') return { status: 405, code: 'method_not_allowed' };
+    let id: string;
+    try {
+      id = decodeURIComponent(path.slice('/v1/models/'.length));
+    } catch {
+      return { status: 404, code: 'model_not_found' };
+    }
+    // Every route of this config is an exact name or an echo pattern: the route decides.
+    return providerTypeOf(id) === undefined ? { status: 404, code: 'model_not_found' } : { status: 200 };
+  }
   if (MODEL_PATHS.has(path)) return method === 'POST' ? { status: 400, code: 'invalid_json' } : { status: 405, code: 'method_not_allowed' };
   return { status: 404, code: 'unknown_path' };
 }
@@ -206,7 +221,7 @@ const target = fc.oneof({ weight: 2, arbitrary: fc.webPath().map((p) => p || '/'
 
 describe('random request targets', () => {
   for (const role of ['proxy', 'admin'] as const) {
-    test(`${role} listener: unknown targets are 404, wrong methods 405, both OpenAI-shaped; never 5xx`, async () => {
+    test(`${role} listener: unknown targets are 404, wrong methods 405, both in the caller's shape; never 5xx`, async () => {
       const url = role === 'proxy' ? gw.proxyUrl : gw.adminUrl;
       const seen = new Map<number, number>();
       await fc.assert(
@@ -226,8 +241,8 @@ describe('random request targets', () => {
           }
           assert.equal(res.status, expected.status, `${method} ${path.slice(0, 100)}: ${body.slice(0, 200)}`);
           if (res.status >= 400) {
-            const error = assertOpenAiError(body, `${res.status} for ${method} ${path.slice(0, 100)}`);
-            assert.equal(error.code, expected.code);
+            const q = path.indexOf('?');
+            assertCallerError(body, role === 'proxy' ? dialectOf(q === -1 ? path : path.slice(0, q)) : 'openai', `${res.status} for ${method} ${path.slice(0, 100)}`, expected.code);
             if (res.status === 405) assert.ok(res.headers.allow, 'a 405 without Allow');
           }
         }),
@@ -272,7 +287,7 @@ const headerValue = fc
 const headerList = fc.array(fc.tuple(headerName, headerValue), { maxLength: 25 });
 
 describe('random request headers', () => {
-  test('valid header names and values never cause a 5xx, an error that is not OpenAI-shaped, or a cut answer', async () => {
+  test('valid header names and values never cause a 5xx, an error not in the caller\'s shape, or a cut answer', async () => {
     const seen = new Map<number, number>();
     await fc.assert(
       fc.asyncProperty(fc.constantFrom('mock-gpt', 'echo', 'mock-claude'), fc.boolean(), headerList, async (modelName, stream, headers) => {
@@ -288,7 +303,7 @@ describe('random request headers', () => {
         seen.set(res.status, (seen.get(res.status) ?? 0) + 1);
         const text = res.body.toString('utf8');
         assert.ok(res.status < 500, `${res.status}: ${text.slice(0, 300)}`);
-        if (res.status >= 400) assertOpenAiError(text, `${res.status} with headers ${JSON.stringify(headers).slice(0, 300)}`);
+        if (res.status >= 400) assertCallerError(text, dialectOf(path), `${res.status} with headers ${JSON.stringify(headers).slice(0, 300)}`);
       }),
       params(),
     );

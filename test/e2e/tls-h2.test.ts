@@ -287,7 +287,7 @@ describe('cleartext HTTP/2 (h2c, prior knowledge)', () => {
 });
 
 describe('L4: HTTP/2 drain', () => {
-  test('an SSE stream over HTTP/2 spanning the drain completes; the session gets GOAWAY (notice, then the real last stream id); new streams go to a new connection', async () => {
+  test('an SSE stream over HTTP/2 spanning the drain completes; the session gets one GOAWAY with the real last stream id at once; new streams go to a new connection', async () => {
     const gw = await startGateway({
       config: gatewayConfig({ protocols: ['h2'] }, { shutdown: { min_drain_secs: 0.5 }, downstream: { drain_timeout_secs: 0.5 } }),
     });
@@ -299,8 +299,10 @@ describe('L4: HTTP/2 drain', () => {
       const streaming = h2Request(session, '/v1/chat/completions', chat({ stream: true }), mockHeader({ chunks: 20, sseIntervalMs: 100 }));
       await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('"chunks":20')));
       gw.signal('SIGTERM');
-      await eventually(() => goaways.length >= 1, 3000, 'GOAWAY notice');
-      assert.equal(goaways[0], 2 ** 31 - 1, 'the first GOAWAY is the notice with the largest stream id');
+      await eventually(() => goaways.length >= 1, 3000, 'GOAWAY');
+      // Not a notice with the largest id: Node's HTTP/2 ignores every stream after any GOAWAY (see
+      // src/server/http2.ts), so the real last stream id goes out at once.
+      assert.equal(goaways[0], 1, 'the GOAWAY carries the real last stream id');
       // No new stream on the retired session...
       const refused = await new Promise<string>((resolve) => {
         const stream = session.request({ ':path': '/readyz' });
@@ -313,8 +315,7 @@ describe('L4: HTTP/2 drain', () => {
       fresh.on('error', () => {});
       const res = await h2Request(fresh, '/v1/chat/completions', chat());
       assert.equal(res.status, 200);
-      await eventually(() => goaways.length >= 2, 3000, 'final GOAWAY');
-      assert.equal(goaways[1], 1, 'the final GOAWAY carries the real last stream id');
+      assert.ok(goaways.every((id) => id === 1), `GOAWAYs: ${JSON.stringify(goaways)}`);
       const done = await streaming;
       assert.equal(done.status, 200);
       assert.ok(done.body.trimEnd().endsWith('data: [DONE]'), 'stream cut during the drain');

@@ -8,7 +8,7 @@ import { createServer } from 'node:net';
 import { stringify } from 'yaml';
 import { eventually, metricValue, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
-import { httpRequest, postJson } from '../support/http.ts';
+import { httpRequest, postJson, postJsonKeepAlive } from '../support/http.ts';
 import { Agent, request as undiciRequest } from 'undici';
 import { sumMetric } from '../support/reliability.ts';
 import { freePort } from '../support/haproxy.ts';
@@ -142,9 +142,10 @@ test('L1/L2/L3/L5: SIGTERM drains the group as one: every worker fails readiness
     // L1 on every worker: each of several fresh connections (alternating workers) reads 503.
     await eventually(async () => (await statuses(`${gw.proxyUrl}/readyz`, 4)).every((s) => s === 503), 2000, 'proxy readyz 503 on every worker');
     assert.equal((await httpRequest(`${gw.adminUrl}/readyz`)).status, 503);
-    // L2: inside the window, new connections are still served, with Connection: close (L3).
+    // L2: inside the window, new connections are still served, with Connection: close (L3), though
+    // the client asks to keep them.
     for (let i = 0; i < 4; i++) {
-      const during = await postJson(`${gw.proxyUrl}/v1/chat/completions`, chat());
+      const during = await postJsonKeepAlive(`${gw.proxyUrl}/v1/chat/completions`, chat());
       assert.equal(during.status, 200);
       assert.equal(during.headers.connection, 'close');
     }

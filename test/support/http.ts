@@ -1,7 +1,7 @@
 // Small raw-HTTP helpers for tests that must see connection-level behaviour (Connection: close,
 // fresh connections, refused ports) that fetch hides.
 import { connect, type Socket } from 'node:net';
-import { request, type IncomingHttpHeaders } from 'node:http';
+import { Agent, request, type IncomingHttpHeaders } from 'node:http';
 
 export interface RawResponse {
   status: number;
@@ -9,10 +9,14 @@ export interface RawResponse {
   body: string;
 }
 
-/** One request on a new connection (no agent), resolved with the whole response. */
-export function httpRequest(url: string, options: { method?: string; headers?: Record<string, string>; body?: string } = {}): Promise<RawResponse> {
+/**
+ * One request on a new connection, resolved with the whole response. Without an agent Node's client
+ * sends `Connection: close` itself, and the server echoes it: never assert on the `Connection`
+ * header of such a response (use `postJsonKeepAlive`).
+ */
+export function httpRequest(url: string, options: { method?: string; headers?: Record<string, string>; body?: string; agent?: Agent | false } = {}): Promise<RawResponse> {
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: options.method ?? 'GET', headers: options.headers, agent: false }, (res) => {
+    const req = request(url, { method: options.method ?? 'GET', headers: options.headers, agent: options.agent ?? false }, (res) => {
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (chunk: string) => (body += chunk));
@@ -26,6 +30,21 @@ export function httpRequest(url: string, options: { method?: string; headers?: R
 
 export function postJson(url: string, body: unknown, headers: Record<string, string> = {}): Promise<RawResponse> {
   return httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
+}
+
+/**
+ * A POST from a pooled keep-alive client (it asks for `Connection: keep-alive`), on a connection
+ * of its own: the response's `Connection` header is then the server's decision, `close` only if the
+ * server retires the connection (L3). Pass `agent` to reuse a pool across requests.
+ */
+export async function postJsonKeepAlive(url: string, body: unknown, headers: Record<string, string> = {}, agent?: Agent): Promise<RawResponse> {
+  const own = agent ? undefined : new Agent({ keepAlive: true, maxSockets: 1 });
+  try {
+    const res = await httpRequest(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body), agent: agent ?? own });
+    return res;
+  } finally {
+    own?.destroy();
+  }
 }
 
 /** Opens a TCP connection to the host:port of `url`. */

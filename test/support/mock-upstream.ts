@@ -1,5 +1,6 @@
 // A mock LLM provider for end-to-end tests and benchmarks. It answers like OpenAI (chat completions,
-// completions, embeddings, responses, models) and like Anthropic (messages), streaming included, and
+// completions, embeddings, responses, models) and like Anthropic (messages, count_tokens, and models
+// in Anthropic's shape when the request carries `anthropic-version`), streaming included, and
 // a request header `x-mock` carrying JSON scripts a different answer: a status and body, a delay
 // before the headers, a scripted SSE stream, a mid-stream reset, a dropped connection, a request
 // that is never answered. Every request is recorded (headers, raw body, parsed JSON) together with
@@ -102,7 +103,15 @@ export function mockHeader(scenario: MockScenario): Record<string, string> {
   return { [MOCK_HEADER]: JSON.stringify(scenario) };
 }
 
-export const MOCK_MODELS: readonly string[] = ['mock-gpt', 'mock-claude'];
+export const MOCK_MODELS: readonly string[] = ['mock-gpt', 'mock-claude', 'gpt-4o', 'gpt-4o-mini', 'text-embedding-3-small'];
+
+/** What `GET /v1/models` answers to a request with `anthropic-version` (Anthropic's shape, newest first). */
+export const MOCK_ANTHROPIC_MODELS: readonly { id: string; display_name: string; created_at: string }[] = [
+  { id: 'claude-sonnet-4-5', display_name: 'Claude Sonnet 4.5', created_at: '2025-09-29T00:00:00Z' },
+  { id: 'claude-haiku-4-5', display_name: 'Claude Haiku 4.5', created_at: '2025-10-01T00:00:00Z' },
+  { id: 'claude-opus-4-1', display_name: 'Claude Opus 4.1', created_at: '2025-08-05T00:00:00Z' },
+  { id: 'mock-claude', display_name: 'Mock Claude', created_at: '2024-01-01T00:00:00Z' },
+];
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -169,6 +178,17 @@ const MODELS_BODY = JSON.stringify({
   object: 'list',
   data: MOCK_MODELS.map((id) => ({ id, object: 'model', created: 1_700_000_000, owned_by: 'sluice-mock' })),
 });
+
+/** Anthropic's model list, paged by `limit` (default 20) and `after_id`. */
+function anthropicModels(url: string): string {
+  const q = url.indexOf('?');
+  const query = new URLSearchParams(q === -1 ? '' : url.slice(q + 1));
+  const limit = Number(query.get('limit') ?? 20) || 20;
+  const after = query.get('after_id');
+  const start = after === null ? 0 : MOCK_ANTHROPIC_MODELS.findIndex((m) => m.id === after) + 1;
+  const data = MOCK_ANTHROPIC_MODELS.slice(start, start + limit).map((m) => ({ type: 'model', ...m }));
+  return JSON.stringify({ data, has_more: start + limit < MOCK_ANTHROPIC_MODELS.length, first_id: data[0]?.id ?? null, last_id: data.at(-1)?.id ?? null });
+}
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -379,7 +399,7 @@ async function dispatch(ex: Exchange, json: unknown): Promise<void> {
     sendBody(ex, reply.status, sc.contentType ?? JSON_TYPE, JSON.stringify(sc.body), headers);
   } else if (reply.status >= 400) {
     const body =
-      route === '/messages'
+      route.startsWith('/messages')
         ? anthropicError(`mock upstream error ${reply.status}`, anthropicErrorType(reply.status))
         : openAiError(`mock upstream error ${reply.status}`, openAiErrorType(reply.status));
     sendBody(ex, reply.status, JSON_TYPE, body, headers);
@@ -491,10 +511,12 @@ function sleep(ex: Exchange, ms: number): Promise<void> {
 async function respondDefault(ex: Exchange, route: string, json: unknown, reply: ReplyOptions): Promise<void> {
   const method = ex.req.method ?? 'GET';
   if (method === 'GET' && route === '/models') {
-    sendBody(ex, reply.status, JSON_TYPE, MODELS_BODY, reply.headers);
+    const body = ex.req.headers['anthropic-version'] === undefined ? MODELS_BODY : anthropicModels(ex.req.url ?? '');
+    sendBody(ex, reply.status, JSON_TYPE, body, reply.headers);
     return;
   }
   const post =
+    route === '/messages/count_tokens' ||
     route === '/chat/completions' ||
     route === '/completions' ||
     route === '/embeddings' ||
@@ -508,7 +530,7 @@ async function respondDefault(ex: Exchange, route: string, json: unknown, reply:
   if (!isObject(json)) {
     const message = 'mock upstream: the request body must be a JSON object';
     const body =
-      route === '/messages'
+      route.startsWith('/messages')
         ? anthropicError(message, 'invalid_request_error')
         : openAiError(message, 'invalid_request_error');
     sendBody(ex, 400, JSON_TYPE, body, reply.headers);
@@ -523,6 +545,9 @@ async function respondDefault(ex: Exchange, route: string, json: unknown, reply:
       return embeddings(ex, json, reply);
     case '/responses':
       return responses(ex, json, reply);
+    case '/messages/count_tokens':
+      sendBody(ex, reply.status, JSON_TYPE, JSON.stringify({ input_tokens: lastUserText(json.messages).length }), reply.headers);
+      return;
     default:
       return anthropicMessage(ex, json, reply);
   }

@@ -71,6 +71,65 @@ export async function assertSettled(gw: GatewayProcess, what: string, proxyConne
 }
 
 /** An OpenAI-shaped error body: exactly `{error:{message,type,code}}` with non-empty strings. */
+/** Anthropic's error types (its API reference, "Errors"). */
+export const ANTHROPIC_ERROR_TYPES = new Set([
+  'invalid_request_error', 'authentication_error', 'permission_error', 'not_found_error', 'request_too_large',
+  'rate_limit_error', 'api_error', 'overloaded_error', 'timeout_error',
+]);
+
+/** The Anthropic error type a client must see for each of our error codes (an oracle, kept apart from src/). */
+export const ANTHROPIC_TYPE_OF_CODE: Readonly<Record<string, string>> = {
+  invalid_json: 'invalid_request_error',
+  invalid_body: 'invalid_request_error',
+  model_required: 'invalid_request_error',
+  unsupported_endpoint: 'invalid_request_error',
+  method_not_allowed: 'invalid_request_error',
+  invalid_parameter: 'invalid_request_error',
+  model_not_found: 'not_found_error',
+  unknown_path: 'not_found_error',
+  missing_api_key: 'authentication_error',
+  invalid_api_key: 'authentication_error',
+  body_too_large: 'request_too_large',
+  upstream_timeout: 'timeout_error',
+  upstream_connect_failed: 'api_error',
+  upstream_reset: 'api_error',
+  upstream_failed: 'api_error',
+  internal_error: 'api_error',
+  drain_forced: 'api_error',
+};
+
+/** Asserts Anthropic's error shape, `{"type":"error","error":{"type":…,"message":…}}`; returns `error`. */
+export function assertAnthropicError(text: string, context = ''): { message: string; type: string } {
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    assert.fail(`${context}: error body is not JSON: ${JSON.stringify(text.slice(0, 300))}`);
+  }
+  assert.ok(body !== null && typeof body === 'object' && !Array.isArray(body), `${context}: error body is not an object: ${text.slice(0, 300)}`);
+  assert.equal((body as { type?: unknown }).type, 'error', `${context}: not Anthropic-shaped (type is not "error"): ${text.slice(0, 300)}`);
+  const error = (body as { error?: unknown }).error as Record<string, unknown> | undefined;
+  assert.ok(error !== null && typeof error === 'object', `${context}: no "error" object: ${text.slice(0, 300)}`);
+  assert.ok(ANTHROPIC_ERROR_TYPES.has(error.type as string), `${context}: error.type is not one of Anthropic's: ${text.slice(0, 300)}`);
+  assert.equal(typeof error.message, 'string', `${context}: error.message is not a string`);
+  assert.ok((error.message as string).length > 0, `${context}: error.message is empty`);
+  return error as { message: string; type: string };
+}
+
+/**
+ * Asserts the error is in the caller's shape and, when `code` is given, is that error: OpenAI's
+ * `error.code`, or on Anthropic's side the type that code maps to.
+ */
+export function assertCallerError(text: string, dialect: 'openai' | 'anthropic', context = '', code?: string): void {
+  if (dialect === 'openai') {
+    const error = assertOpenAiError(text, context);
+    if (code !== undefined) assert.equal(error.code, code, context);
+    return;
+  }
+  const error = assertAnthropicError(text, context);
+  if (code !== undefined) assert.equal(error.type, ANTHROPIC_TYPE_OF_CODE[code], `${context}: ${code}`);
+}
+
 export function assertOpenAiError(text: string, context = ''): { message: string; type: string; code: string } {
   let body: unknown;
   try {

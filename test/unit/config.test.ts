@@ -369,11 +369,67 @@ describe('interpolation', () => {
 });
 
 describe('errors', () => {
-  test('a YAML syntax error is reported with its line', () => {
+  test('a YAML syntax error is one problem, at the line and column where the bracket was opened', () => {
     const problems = problemsOf('listeners: [\n  { name: p\n');
+    assert.equal(problems.length, 1, JSON.stringify(problems));
     assert.equal(problems[0]!.path, '');
-    assert.match(problems[0]!.message, /^YAML syntax: /);
-    assert.match(problems[0]!.message, /line \d+/);
+    assert.equal(problems[0]!.message, 'YAML syntax: the [ opened here is never closed');
+    assert.deepEqual([problems[0]!.line, problems[0]!.column], [1, 12]);
+    assert.equal(problems[0]!.excerpt, 'listeners: [\n           ^');
+  });
+
+  test('a YAML syntax error message ends with what is wrong, not a dangling "at line …:"', () => {
+    for (const text of [`${PROXY}log:\n  level info\n  access_log: true\n`, `${PROXY}log:\n  level: info\n access_log: true\n`, 'a:\n\tb: 1\n']) {
+      const [problem] = problemsOf(text);
+      assert.doesNotMatch(problem!.message, /at line|:$/, problem!.message);
+      assert.ok(problem!.line! >= 1, JSON.stringify(problem));
+    }
+    // A mapping item indented one space too few: its own line, at the key (column 2), not the line before.
+    const [misindented] = problemsOf(`${PROXY}log:\n  level: info\n access_log: true\n`);
+    assert.deepEqual([misindented!.line, misindented!.column], [5, 2]);
+  });
+
+  test('an unquoted ${VAR} in a flow collection is one problem saying to quote it; quoted, or in block style, it is fine', () => {
+    const flow = `${PROXY}providers:\n  - { name: up, type: openai, api_key: \${KEY}, base_url: "http://x/v1" }\n`;
+    const problems = problemsOf(flow, { KEY: 'k' });
+    assert.deepEqual(problems.map((p) => [p.message, p.line, p.column]), [['YAML syntax: ${KEY} inside { } or [ ] must be quoted: write "${KEY}"', 4, 40]]);
+    assert.equal(parseConfig(flow.replace('${KEY}', '"${KEY}"'), 'test.yaml', { KEY: 'k' }).providers[0]!.api_key, 'k');
+    assert.equal(parseConfig(`${PROXY}providers:\n  - name: up\n    type: openai\n    api_key: \${KEY}\n`, 'test.yaml', { KEY: 'k' }).providers[0]!.api_key, 'k');
+  });
+
+  test('an unknown key gets "did you mean" from the keys allowed at its place, or the list of them', () => {
+    const problems = problemsOf(`${PROXY}providers:\n  - { name: up, type: openai, api_kye: x }\nkeys: [{ name: ci, kye: "12345678" }]\nlog: { levle: info, zzz: 1 }\n`);
+    assert.equal(problemAt(problems, 'providers[0].api_kye').message, 'unknown key "api_kye" (did you mean "api_key"?)');
+    assert.equal(problemAt(problems, 'log.levle').message, 'unknown key "levle" (did you mean "level"?)');
+    assert.equal(problemAt(problems, 'log.zzz').message, 'unknown key "zzz" (known keys: level, access_log)');
+    assert.match(problemAt(problems, 'keys[0].kye').message, /did you mean "key"\?/);
+  });
+
+  test('schema problems carry the line and column of their value, or of the key for an unknown key', () => {
+    const problems = problemsOf(`${PROXY}shutdown:\n  min_drain_secs: soon\n  bogus: 1\n`);
+    const wrong = problemAt(problems, 'shutdown.min_drain_secs');
+    assert.deepEqual([wrong.line, wrong.column], [4, 19]);
+    const unknown = problemAt(problems, 'shutdown.bogus');
+    assert.deepEqual([unknown.line, unknown.column], [5, 3]);
+    // A required key that is missing: where its mapping is.
+    const required = problemAt(problemsOf('listeners:\n  - { name: p, role: proxy }\n'), 'listeners[0].address');
+    assert.equal(required.line, 2);
+  });
+
+  test('an unset ${VAR} is reported once, not again as the empty string it became', () => {
+    const problems = problemsOf('listeners:\n  - name: p\n    address: ${NO_SUCH_ADDR}\n    role: proxy\n');
+    assert.deepEqual(problems.map((p) => p.path), ['listeners[0].address']);
+    assert.match(problems[0]!.message, /\$\{NO_SUCH_ADDR\} is not set/);
+  });
+
+  test('the error text names the file, line and column of each problem', () => {
+    try {
+      parseConfig(`${PROXY}shutdown:\n  min_drian_secs: 1\n`, 'sluice.yaml', {});
+      assert.fail('accepted');
+    } catch (error) {
+      assert.ok(error instanceof ConfigError);
+      assert.equal(error.message, 'invalid config (sluice.yaml):\n  - shutdown.min_drian_secs: unknown key "min_drian_secs" (did you mean "min_drain_secs"?) (sluice.yaml:4:3)');
+    }
   });
 
   test('a duplicated YAML key is a syntax error', () => {

@@ -45,7 +45,8 @@ export class EchoProvider implements Provider {
     const model = String(json.model);
     const stream = json.stream === true;
     const events = EVENTS[request.endpoint as Exclude<Endpoint, 'realtime'>](json, model, stream);
-    handler.onResponseStart?.(controller, 200, stream && request.endpoint !== 'embeddings' ? SSE_HEADERS : JSON_HEADERS, 'OK');
+    const streams = stream && request.endpoint !== 'embeddings' && request.endpoint !== 'count_tokens';
+    handler.onResponseStart?.(controller, 200, streams ? SSE_HEADERS : JSON_HEADERS, 'OK');
     for (const event of events) {
       if (controller.aborted) return;
       handler.onResponseData?.(controller, Buffer.from(event));
@@ -138,6 +139,10 @@ const EVENTS: Record<Exclude<Endpoint, 'realtime'>, (body: Json, model: string, 
       event('response.output_text.done', { item_id: message.id, output_index: 0, content_index: 0, text }),
       event('response.completed', { response }),
     ];
+  },
+
+  count_tokens(body) {
+    return [JSON.stringify({ input_tokens: countTokens(lastUserText(body)) })];
   },
 
   messages(body, model, stream) {

@@ -1,6 +1,6 @@
 // Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1).
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, Provider, ProviderRequest, ResponseHandler } from '../types.ts';
+import type { Endpoint, Provider, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
 import { UpstreamPool } from '../upstream-pool.ts';
 
 const PATHS: Partial<Record<Endpoint, string>> = {
@@ -32,6 +32,19 @@ export class OpenAIProvider implements Provider {
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
     this.pool.send(PATHS[request.endpoint]!, request, this.#credentials, handler);
+  }
+
+  /** `GET {base_url}/models`: `{ data: [{ id, created }] }`. */
+  async listModels(signal: AbortSignal): Promise<UpstreamModel[]> {
+    const answer = (await this.pool.getJson('/models', this.#credentials, signal)) as { data?: unknown } | null;
+    if (!Array.isArray(answer?.data)) throw new Error('answer has no "data" list');
+    const models: UpstreamModel[] = [];
+    for (const item of answer.data as { id?: unknown; created?: unknown }[]) {
+      if (typeof item?.id !== 'string' || item.id === '') continue;
+      const created = typeof item.created === 'number' && Number.isFinite(item.created) && item.created >= 0 ? Math.floor(item.created) : 0;
+      models.push({ id: item.id, created, displayName: undefined });
+    }
+    return models;
   }
 
   realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
