@@ -401,7 +401,7 @@ describe('errors', () => {
     const problems = problemsOf(`${PROXY}providers:\n  - { name: up, type: openai, api_kye: x }\nkeys: [{ name: ci, kye: "12345678" }]\nlog: { levle: info, zzz: 1 }\n`);
     assert.equal(problemAt(problems, 'providers[0].api_kye').message, 'unknown key "api_kye" (did you mean "api_key"?)');
     assert.equal(problemAt(problems, 'log.levle').message, 'unknown key "levle" (did you mean "level"?)');
-    assert.equal(problemAt(problems, 'log.zzz').message, 'unknown key "zzz" (known keys: level, access_log)');
+    assert.equal(problemAt(problems, 'log.zzz').message, 'unknown key "zzz" (known keys: level, access_log, format)');
     assert.match(problemAt(problems, 'keys[0].kye').message, /did you mean "key"\?/);
   });
 
