@@ -16,6 +16,7 @@ import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
 import type { BoundListener, WorkerGroup } from './cluster/worker-group.ts';
 import { mergeGroupInfo, type ProcessInfo } from './cluster/group-info.ts';
+import { describeWaiting } from './lifecycle/progress.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -114,6 +115,21 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         flushLogger(logger);
       },
       commanded: workers ? (command) => workers.command(command) : undefined,
+      // O1: a supervisor's drain lines tell the group's numbers (its own are the admin listener's).
+      reportDrain: workers
+        ? (report) => {
+            void workers.query<ProcessInfo>('info').then((replies) => {
+              if (report.event === 'drain_progress' && lifecycle.state === 'exited') return;
+              const group = mergeGroupInfo(info(), replies);
+              const waitingFor = { ...group.waiting_for!, window_secs_left: report.waiting_for.window_secs_left, workers: report.waiting_for.workers };
+              const what = report.event === 'drain_started' ? 'drain started' : 'still draining';
+              logger.info(
+                { ...report, in_flight: group.in_flight, open_connections: group.open_connections, waiting_for: waitingFor, probe_connections: group.probe_connections },
+                `${what}: ${describeWaiting(waitingFor)}`,
+              );
+            });
+          }
+        : undefined,
     },
   });
   const metrics = new Metrics({
@@ -155,6 +171,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     open_connections: lifecycle.connections.size,
     connections: lifecycle.connections.counts(),
     drain: lifecycle.drainInfo() ?? null,
+    waiting_for: lifecycle.draining ? lifecycle.waitingFor() : null,
+    probe_connections: lifecycle.probeConnections,
     listeners: listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
   });
   const serverInfo = async (): Promise<object> => {

@@ -1,5 +1,6 @@
 // GET /server_info for a group: the supervisor's own state, its workers' summed, and each worker's.
 import type { ConnectionCounts } from '../telemetry/metrics.ts';
+import { sumWaitingFor, type WaitingFor } from '../lifecycle/progress.ts';
 import type { WorkerReply } from './worker-group.ts';
 
 export interface ListenerInfo {
@@ -20,6 +21,10 @@ export interface ProcessInfo {
   open_connections: number;
   connections: ConnectionCounts[];
   drain: object | null;
+  /** During a drain: what it waits for (O1); null otherwise. */
+  waiting_for: WaitingFor | null;
+  /** Health-probe connections accepted during the drain. */
+  probe_connections: number;
   listeners: ListenerInfo[];
 }
 
@@ -42,8 +47,11 @@ export function mergeGroupInfo(supervisor: ProcessInfo, replies: WorkerReply<Pro
     if (seen) seen.accepting &&= l.accepting;
     else listeners.set(l.name, { ...l });
   }
+  const waiting = answered.flatMap((p) => (p.waiting_for ? [p.waiting_for] : []));
   return {
     ...supervisor,
+    waiting_for: supervisor.waiting_for && sumWaitingFor(supervisor.waiting_for, waiting),
+    probe_connections: answered.reduce((sum, p) => sum + p.probe_connections, supervisor.probe_connections),
     in_flight: answered.reduce((sum, p) => sum + p.in_flight, supervisor.in_flight),
     open_connections: answered.reduce((sum, p) => sum + p.open_connections, supervisor.open_connections),
     connections: [...connections.values()],
@@ -57,6 +65,7 @@ export function mergeGroupInfo(supervisor: ProcessInfo, replies: WorkerReply<Pro
       in_flight: r.value?.in_flight ?? null,
       open_connections: r.value?.open_connections ?? null,
       drain: r.value?.drain ?? null,
+      waiting_for: r.value?.waiting_for ?? null,
     })),
   };
 }

@@ -22,6 +22,11 @@ export type ToWorker =
 
 /** Worker → supervisor. */
 export type FromWorker =
+  /**
+   * First message of every worker, once it listens: a message the supervisor sends before it would
+   * be lost (a cluster worker drops messages that arrive before its 'message' listener exists).
+   */
+  | { type: 'hello' }
   | { type: 'ready'; listeners: BoundListener[] }
   | { type: 'start_failed'; message: string }
   | { type: 'reply'; id: number; value: unknown };

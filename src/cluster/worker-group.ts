@@ -14,7 +14,7 @@ export interface BoundListener {
   address: string;
 }
 
-export type WorkerState = 'starting' | 'ready' | 'restarting' | 'exited';
+export type WorkerState = 'starting' | 'ready' | 'draining' | 'restarting' | 'exited';
 
 export interface WorkerReply<T> {
   slot: number;
@@ -45,6 +45,14 @@ export interface ReloadProblem {
   worker: number;
   reason: string;
 }
+/**
+ * How long a worker may take from its fork to serving before it is killed (and the group's start
+ * fails, or the worker is restarted with back-off). `SLUICE_WORKER_START_TIMEOUT_SECS` overrides it.
+ */
+function startTimeoutMs(): number {
+  const secs = Number(process.env.SLUICE_WORKER_START_TIMEOUT_SECS);
+  return secs > 0 ? secs * 1000 : 60_000;
+}
 /** Restart delays after a worker dies while serving: doubling from the first, up to the last. */
 const RESTART_DELAY_MS = { first: 500, max: 30_000 };
 
@@ -57,6 +65,13 @@ interface Slot {
   /** Consecutive deaths without reaching ready, for the restart back-off. */
   failures: number;
   restartTimer: NodeJS.Timeout | undefined;
+  /** The worker said `hello`: messages may be sent. Until then they wait in `queued`. */
+  hello: boolean;
+  queued: ToWorker[];
+  /** Kills a worker that does not serve in time. */
+  startTimer: NodeJS.Timeout | undefined;
+  /** Why the supervisor ended this worker during its start, for the exit line. */
+  startProblem: string | undefined;
 }
 
 export class WorkerGroup {
@@ -66,13 +81,16 @@ export class WorkerGroup {
   #supervisor: Supervisor | undefined;
   #healthCheckFailed = false;
   #nextQuery = 0;
-  readonly #queries = new Map<number, (slot: number, value: unknown) => void>();
+  /** Pending queries by id: called with a worker's answer, or with nothing when a worker exits. */
+  readonly #queries = new Map<number, (slot?: number, value?: unknown) => void>();
   #starting: { resolve: (listeners: BoundListener[]) => void; reject: (error: Error) => void } | undefined;
   #worstExitCode = 0;
   /** The reload prepared by the workers and not yet committed or aborted. */
   #pendingReload: { id: number; config: Config; trigger: string; asked: Set<Worker> } | undefined;
   /** Set by the first drain or force: from then on a worker that exits is not restarted. */
   #stopping = false;
+  /** A drain was passed on: the workers that serve are draining (sluice_workers{state}). */
+  #draining = false;
   #allExited: (() => void) | undefined;
 
   constructor(options: WorkerGroupOptions) {
@@ -85,6 +103,10 @@ export class WorkerGroup {
       restarts: 0,
       failures: 0,
       restartTimer: undefined,
+      hello: false,
+      queued: [],
+      startTimer: undefined,
+      startProblem: undefined,
     }));
     cluster.setupPrimary({ serialization: 'advanced' });
   }
@@ -101,7 +123,10 @@ export class WorkerGroup {
   /** Workers by state, for the metrics. */
   counts(): { state: WorkerState; count: number }[] {
     const counts = new Map<WorkerState, number>();
-    for (const slot of this.#slots) counts.set(slot.state, (counts.get(slot.state) ?? 0) + 1);
+    for (const slot of this.#slots) {
+      const state = slot.state === 'ready' && this.#draining ? 'draining' : slot.state;
+      counts.set(state, (counts.get(state) ?? 0) + 1);
+    }
     return [...counts].map(([state, count]) => ({ state, count }));
   }
 
@@ -132,7 +157,10 @@ export class WorkerGroup {
   /** Passes a drain, force or health-check change on to every worker. */
   command(command: LifecycleCommand): void {
     if (command.kind === 'healthcheck') this.#healthCheckFailed = command.failed;
-    if (command.kind !== 'healthcheck') this.#stop();
+    if (command.kind !== 'healthcheck') {
+      this.#draining = true;
+      this.#stop();
+    }
     this.#broadcast({ type: 'command', command });
   }
 
@@ -197,8 +225,9 @@ export class WorkerGroup {
       };
       const timer = setTimeout(finish, timeoutMs);
       this.#queries.set(id, (slot, value) => {
-        replies.set(slot, value);
-        if (asked.every((s) => replies.has(s.index))) finish();
+        if (slot !== undefined) replies.set(slot, value);
+        // A worker that exited will not answer: no need to wait for it.
+        if (asked.every((s) => replies.has(s.index) || !s.worker)) finish();
       });
       if (asked.length === 0) return finish();
       for (const slot of asked) this.#send(slot, sent);
@@ -234,12 +263,29 @@ export class WorkerGroup {
     const worker = cluster.fork({ [WORKER_SLOT_ENV]: String(slot.index) });
     slot.worker = worker;
     slot.state = 'starting';
+    slot.hello = false;
+    slot.queued = [];
+    slot.startProblem = undefined;
     slot.release = this.#supervisor!.hold();
     worker.on('message', (message: unknown) => {
       if (isMessage<FromWorker>(message)) this.#received(slot, message);
     });
-    // Sent at once (the IPC channel queues it), so it arrives before any later command.
-    this.#send(slot, { type: 'start', config: this.#config!, healthCheckFailed: this.#healthCheckFailed });
+    // A worker that never serves must not leave the group "starting" in silence (a worker on
+    // another Node.js, a start that hangs): it is ended, and its exit says why.
+    const timeoutMs = startTimeoutMs();
+    slot.startTimer = setTimeout(() => {
+      slot.startTimer = undefined;
+      if (slot.worker !== worker || slot.state !== 'starting') return;
+      slot.startProblem = slot.hello
+        ? `it did not become ready within ${timeoutMs / 1000} s`
+        : `it did not answer within ${timeoutMs / 1000} s of being started (is it running the same Node.js and dist/main.js? see its stderr)`;
+      this.#options.log.error(
+        { event: 'worker_start_timeout', worker: slot.index, worker_pid: worker.process.pid, answered: slot.hello, timeout_secs: timeoutMs / 1000 },
+        `worker ${slot.index} is being killed: ${slot.startProblem}`,
+      );
+      worker.process.kill('SIGKILL');
+    }, timeoutMs);
+    slot.startTimer.unref();
     worker.on('exit', (code: number | null, signal: string | null) => this.#exited(slot, worker, code, signal));
     // An IPC error (the worker went away mid-send) shows up as its exit; nothing else to do here.
     worker.on('error', () => {});
@@ -247,7 +293,16 @@ export class WorkerGroup {
 
   #received(slot: Slot, message: FromWorker): void {
     switch (message.type) {
+      case 'hello': {
+        if (slot.hello) return;
+        slot.hello = true;
+        // The start goes first, so it arrives before any command queued meanwhile.
+        this.#send(slot, { type: 'start', config: this.#config!, healthCheckFailed: this.#healthCheckFailed });
+        for (const queued of slot.queued.splice(0)) this.#send(slot, queued);
+        return;
+      }
       case 'ready': {
+        this.#clearStartTimer(slot);
         slot.state = 'ready';
         slot.failures = 0;
         this.#options.log.info({ event: 'worker_ready', worker: slot.index, worker_pid: slot.worker?.process.pid }, `worker ${slot.index} ready`);
@@ -258,6 +313,7 @@ export class WorkerGroup {
         return;
       }
       case 'start_failed':
+        slot.startProblem = message.message;
         if (this.#starting) {
           this.#starting.reject(new Error(`worker ${slot.index} could not start: ${message.message}`));
           this.#starting = undefined;
@@ -272,9 +328,13 @@ export class WorkerGroup {
   #exited(slot: Slot, worker: Worker, code: number | null, signal: string | null): void {
     if (slot.worker !== worker) return;
     const wasReady = slot.state === 'ready';
+    const problem = slot.startProblem;
+    this.#clearStartTimer(slot);
     slot.worker = undefined;
     slot.state = 'exited';
-    slot.release?.();
+    // Released after this exit is logged: the last release may end the supervisor's drain, whose
+    // process_exit line must come after every worker_exited.
+    const release = slot.release;
     slot.release = undefined;
     const stopping = this.#stopping;
     const clean = code === 0 && signal === null;
@@ -282,7 +342,7 @@ export class WorkerGroup {
       if (!clean && this.#worstExitCode === 0) this.#worstExitCode = code || 1;
       this.#options.log.info({ event: 'worker_exited', worker: slot.index, worker_pid: worker.process.pid, exit_code: code, signal }, `worker ${slot.index} exited`);
     } else if (this.#starting) {
-      this.#starting.reject(new Error(`worker ${slot.index} exited during start (code ${code}, signal ${signal})`));
+      this.#starting.reject(new Error(`worker ${slot.index} ${problem ? `could not start: ${problem}` : `exited during start (code ${code}, signal ${signal}); its stderr says why`}`));
       this.#starting = undefined;
     } else {
       // Died while serving: the others carry the load, readiness fails until it is back.
@@ -290,8 +350,16 @@ export class WorkerGroup {
       const delay = Math.min(RESTART_DELAY_MS.max, RESTART_DELAY_MS.first * 2 ** (slot.failures - 1));
       slot.state = 'restarting';
       this.#options.log.error(
-        { event: 'worker_exited', worker: slot.index, worker_pid: worker.process.pid, exit_code: code, signal, restart_in_ms: delay },
-        `worker ${slot.index} died; restarting it`,
+        {
+          event: 'worker_exited',
+          worker: slot.index,
+          worker_pid: worker.process.pid,
+          exit_code: code,
+          signal,
+          restart_in_ms: delay,
+          ...(wasReady ? {} : { during_start: true, reason: problem ?? null }),
+        },
+        `worker ${slot.index} ${wasReady ? 'died' : `died before it was ready${problem ? ` (${problem})` : ''}`}; restarting it in ${delay} ms`,
       );
       slot.restartTimer = setTimeout(() => {
         slot.restartTimer = undefined;
@@ -304,7 +372,14 @@ export class WorkerGroup {
       }, delay);
       slot.restartTimer.unref();
     }
+    for (const check of [...this.#queries.values()]) check();
+    release?.();
     this.#checkAllExited();
+  }
+
+  #clearStartTimer(slot: Slot): void {
+    if (slot.startTimer) clearTimeout(slot.startTimer);
+    slot.startTimer = undefined;
   }
 
   #cancelRestart(slot: Slot): void {
@@ -325,6 +400,10 @@ export class WorkerGroup {
   #send(slot: Slot, message: ToWorker): void {
     const worker = slot.worker;
     if (!worker || !worker.isConnected()) return;
+    if (!slot.hello) {
+      slot.queued.push(message);
+      return;
+    }
     try {
       worker.send(message);
     } catch {

@@ -30,12 +30,14 @@ export async function runWorker(version: string): Promise<number> {
     else if (gateway) handle(gateway, message);
     else early.push(message);
   });
+  // The supervisor sends nothing before this (see `hello` in messages.ts).
+  send({ type: 'hello' });
   const start = await new Promise<Extract<ToWorker, { type: 'start' }> | undefined>((resolve) => {
     onStart = resolve;
     process.once('disconnect', () => resolve(undefined));
   });
   if (!start) return 1;
-  const loggers = createLoggers({ level: start.config.log.level, worker: slot });
+  const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot });
   const logger = loggers.events;
   try {
     gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false });

@@ -6,6 +6,9 @@ workers: "\${SLUICE_WORKERS:-auto}"
 listeners:
   - { name: proxy, address: "\${SLUICE_PROXY_ADDRESS:-127.0.0.1:8080}", role: proxy }
   - { name: admin, address: "\${SLUICE_ADMIN_ADDRESS:-127.0.0.1:9901}", role: admin }
+# A lone instance with nothing in front needs no window (D3): Ctrl-C waits only for work in flight.
+# A deployment behind a load balancer sets its own (a config file, or SLUICE_MIN_DRAIN_SECS).
+shutdown: { min_drain_secs: "\${SLUICE_MIN_DRAIN_SECS:-0}" }
 providers:
   - { name: echo, type: echo }
 models:

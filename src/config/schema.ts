@@ -139,6 +139,8 @@ const admin = z.strictObject({
 const log = z.strictObject({
   level: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
   access_log: fromEnv(z.boolean()).default(true),
+  /** `json` lines, `pretty` lines for people, or `auto`: pretty when stdout is a terminal. Read at start. */
+  format: z.enum(['json', 'pretty', 'auto']).default('auto'),
 });
 
 /**

@@ -93,6 +93,11 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
    * (`drain_forced`), a stream ends with an explicit error event (never a fake [DONE]), and a
    * half-sent JSON body is cut, since it cannot carry an error.
    */
+  /** A streamed (SSE) response counts as a stream in `waiting_for`. */
+  kind(): 'request' | 'stream' {
+    return this.#sse ? 'stream' : 'request';
+  }
+
   forceEnd(reason: string): void {
     if (this.#ended) return;
     this.#ctx.errorCode = 'drain_forced';

@@ -4,6 +4,7 @@ import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
 import { closeProbability, proactiveDrainAt, type DrainStrategy } from './drain-policy.ts';
+import { describeWaiting, type WaitingFor } from './progress.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
 
@@ -52,6 +53,19 @@ interface DrainPlan {
 /** Something in flight that can be ended with an explicit error when the drain is forced (L8). */
 export interface ForceEndable {
   forceEnd(reason: string): void;
+  /** What it is, for `waiting_for` (O1): counted only when given. */
+  kind?(): 'request' | 'stream' | 'session';
+}
+
+/** The fields of a `drain_started` or `drain_progress` line. */
+export interface DrainReport {
+  event: 'drain_started' | 'drain_progress';
+  in_flight: number;
+  open_connections: number;
+  waiting_for: WaitingFor;
+  /** Connections accepted during the drain whose first request was a health probe (not logged one by one). */
+  probe_connections: number;
+  [field: string]: unknown;
 }
 
 export interface LifecycleLog {
@@ -75,6 +89,11 @@ export interface LifecycleHooks {
   shutdown(forced: boolean): Promise<void>;
   /** Told of every drain, force and health-check change as it is given here. */
   commanded?(command: LifecycleCommand): void;
+  /**
+   * Writes a drain_started / drain_progress line (default: logged as it is). A supervisor adds its
+   * workers' numbers first.
+   */
+  reportDrain?(report: DrainReport, message: string): void;
 }
 
 export interface DrainSettings {
@@ -119,7 +138,11 @@ export class Lifecycle implements DrainDecision {
   /** Pending timers, cancelled on exit; one-shot timers leave the set when they fire. */
   readonly #timers = new Set<TimerHandle>();
   #drainStartedAt = 0;
+  #windowEndsAt = 0;
   #windowElapsed = false;
+  /** Connections accepted during the drain that have not sent a request yet: logged at their first one unless it is a probe. */
+  readonly #acceptedWhileDraining = new WeakSet<TrackedConnection>();
+  #probeConnections = 0;
   #forced: string | undefined;
   readonly #done: Promise<number>;
   #resolveDone: ((code: number) => void) | undefined;
@@ -167,6 +190,30 @@ export class Lifecycle implements DrainDecision {
   /** Seconds since the drain began, 0 before. */
   drainSeconds(): number {
     return this.draining || this.#state === 'exited' ? (this.#clock.now() - this.#drainStartedAt) / 1000 : 0;
+  }
+
+  /** What the drain waits for now (O1): the window, and the work in flight by kind. */
+  waitingFor(): WaitingFor {
+    let streams = 0;
+    let sessions = 0;
+    for (const f of this.#forceEndables) {
+      const kind = f.kind?.();
+      if (kind === 'stream') streams++;
+      else if (kind === 'session') sessions++;
+    }
+    const left = this.#windowElapsed ? 0 : Math.max(0, this.#windowEndsAt - this.#clock.now()) / 1000;
+    return {
+      window_secs_left: Math.round(left * 10) / 10,
+      requests: Math.max(0, this.#inFlight - streams - sessions),
+      streams,
+      sessions,
+      workers: this.#holds,
+    };
+  }
+
+  /** Health-probe connections accepted during the drain (counted, not logged one by one). */
+  get probeConnections(): number {
+    return this.#probeConnections;
   }
 
   /** L1: ready only while serving, and not while the health check is failed on purpose (E4). */
@@ -298,10 +345,18 @@ export class Lifecycle implements DrainDecision {
     return this.connections.admit(socket, listener);
   }
 
-  /** A request's headers were read (or a WebSocket upgrade began): it is in flight. */
-  requestStarted(connection: TrackedConnection | undefined): void {
+  /**
+   * A request's headers were read (or a WebSocket upgrade began): it is in flight. `probe`: a health
+   * probe (/livez, /readyz), which the drain's per-connection lines leave out (O1).
+   */
+  requestStarted(connection: TrackedConnection | undefined, probe = false): void {
     this.#inFlight++;
-    if (connection) this.connections.requestStarted(connection);
+    if (!connection) return;
+    this.connections.requestStarted(connection);
+    if (this.draining && this.#acceptedWhileDraining.delete(connection)) {
+      if (probe) this.#probeConnections++;
+      else this.#logAcceptedWhileDraining(connection);
+    }
   }
 
   /** The request's response closed, whatever ended it. Called exactly once per requestStarted. */
@@ -359,7 +414,10 @@ export class Lifecycle implements DrainDecision {
     this.#drainStartedAt = plan.startedAt;
     const { maxDrainSecs, progressLogSecs } = this.#settings;
     const windowSecs = graceful ? (options.windowSecs ?? this.#settings.minDrainSecs) : 0;
-    this.#log.info(
+    this.#windowEndsAt = plan.startedAt + windowSecs * 1000;
+    // D3: with no window, nothing in flight means we can go at once.
+    if (windowSecs === 0) this.#windowElapsed = true;
+    this.#report(
       {
         event: 'drain_started',
         trigger,
@@ -370,6 +428,8 @@ export class Lifecycle implements DrainDecision {
         exit,
         in_flight: this.#inFlight,
         open_connections: this.connections.size,
+        waiting_for: this.waitingFor(),
+        probe_connections: this.#probeConnections,
       },
       'drain started',
     );
@@ -384,8 +444,16 @@ export class Lifecycle implements DrainDecision {
     }
     this.#timers.add(
       this.#clock.every(progressLogSecs * 1000, () =>
-        this.#log.info(
-          { event: 'drain_progress', state: this.#state, in_flight: this.#inFlight, open_connections: this.connections.size, elapsed_secs: round(this.drainSeconds()) },
+        this.#report(
+          {
+            event: 'drain_progress',
+            state: this.#state,
+            in_flight: this.#inFlight,
+            open_connections: this.connections.size,
+            elapsed_secs: round(this.drainSeconds()),
+            waiting_for: this.waitingFor(),
+            probe_connections: this.#probeConnections,
+          },
           'still draining',
         ),
       ),
@@ -396,8 +464,6 @@ export class Lifecycle implements DrainDecision {
     });
     if (graceful) this.#scheduleProactiveDrain(plan);
     if (maxDrainSecs > 0 && exit) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
-    // D3: with no window, nothing in flight means we can go at once.
-    if (windowSecs === 0) this.#windowElapsed = true;
     this.#check();
     return this.#done;
   }
@@ -492,16 +558,26 @@ export class Lifecycle implements DrainDecision {
     if ((this.#state as LifecycleState) !== 'exited') this.#after(1000, () => this.#finish());
   }
 
+  /** A drain line: the message says what the drain waits for, in words (O1). */
+  #report(fields: DrainReport, what: string): void {
+    const message = `${what}: ${describeWaiting(fields.waiting_for)}`;
+    if (this.#hooks.reportDrain) this.#hooks.reportDrain(fields, message);
+    else this.#log.info(fields, message);
+  }
+
   #connectionAccepted(connection: TrackedConnection): void {
     this.#onConnectionAccepted?.(connection);
-    if (this.draining) {
-      const { remoteAddress, remotePort } = connection.socket;
-      this.#log.info(
-        { event: 'connection_accepted_while_draining', listener: connection.listener, peer: `${remoteAddress}:${remotePort}`, open_connections: this.connections.size },
-        'accepted a connection while draining',
-      );
-    }
+    // O1: logged at its first request, unless that is a health probe (counted instead).
+    if (this.draining) this.#acceptedWhileDraining.add(connection);
     if (this.#state === 'closing') this.#holdFresh(connection);
+  }
+
+  #logAcceptedWhileDraining(connection: TrackedConnection): void {
+    const { remoteAddress, remotePort } = connection.socket;
+    this.#log.info(
+      { event: 'connection_accepted_while_draining', listener: connection.listener, peer: `${remoteAddress}:${remotePort}`, open_connections: this.connections.size },
+      'accepted a connection while draining',
+    );
   }
 
   #check(): void {

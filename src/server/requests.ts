@@ -101,14 +101,15 @@ export function createRequestHandler(services: RequestServices) {
 
   return function onRequest(listener: Listener, req: IncomingMessage, res: ServerResponse): void {
     const connection = listener.connectionOf(req);
-    lifecycle.requestStarted(connection);
+    const path = pathOf(req.url);
+    const probe = path === '/livez' || path === '/readyz';
+    lifecycle.requestStarted(connection, probe);
     const ctx = new RequestContext(req, res, listener.name, connection);
-    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason) });
+    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason), kind: () => ctx.forceEnder?.kind?.() ?? 'request' });
     res.once('close', () => {
       untrack();
       finished(ctx);
     });
-    const path = pathOf(req.url);
     // An HTTP/1.1 connection whose request line claims another version ("HTTP/2.0", "HTTP/0.9",
     // which Node's parser lets through), or an HTTP/1.1 request without Host (RFC 9112 §3.2; Node's
     // own 400 would have no body): answered in the API's error shape, never routed, connection closed.
@@ -121,7 +122,7 @@ export function createRequestHandler(services: RequestServices) {
       sendJson(ctx, lifecycle, refusal.status, refusal.body);
       return;
     }
-    if (path === '/livez' || path === '/readyz') {
+    if (probe) {
       ctx.endpoint = path.slice(1);
       metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       const answer = path === '/livez' ? liveness() : readiness(services.healthChecks(), hasQueryKey(req.url, 'verbose'));

@@ -39,6 +39,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     // L8: a handshake still waiting (for the upstream's answer) when the drain is forced is refused
     // with a 503; an accepted session is closed by its own force-end (1001).
     const untrack = lifecycle.trackForceEndable({
+      kind: () => 'session',
       forceEnd: () => {
         if (ctx.status !== 0) return;
         const error = errors.drainForced();

@@ -1,6 +1,10 @@
-// Structured JSON logs (pino) on stdout. Secrets never reach here: callers log names and ids, never
-// headers or keys, and the redact list below is a second line of defence for the event log.
+// Structured JSON logs (pino) on stdout, or readable lines for a terminal (pino-pretty). Secrets never
+// reach here: callers log names and ids, never headers or keys, and the redact list below is a
+// second line of defence for the event log.
+import { createRequire } from 'node:module';
+import { isatty } from 'node:tty';
 import { pino, type DestinationStream, type Logger, type LoggerOptions as PinoOptions } from 'pino';
+import type { prettyFactory as PrettyFactory } from 'pino-pretty';
 
 export type { Logger };
 
@@ -10,6 +14,15 @@ export interface LoggerOptions {
   fd?: number;
   /** In a worker process: its slot, added to every line; and writes stay whole lines of at most PIPE_BUF bytes. */
   worker?: number;
+  /** `json` (one JSON object a line), `pretty` (for people), `auto` (pretty when the output is a terminal). Default `json`. */
+  format?: LogFormat;
+}
+
+export type LogFormat = 'json' | 'pretty' | 'auto';
+
+/** Whether `format` means readable lines on file descriptor `fd` (default stdout). */
+export function isPretty(format: LogFormat | undefined, fd = 1): boolean {
+  return format === 'pretty' || (format === 'auto' && isatty(fd));
 }
 
 export interface Loggers {
@@ -73,11 +86,54 @@ class LineBatch implements DestinationStream {
   }
 }
 
+/**
+ * Turns each JSON line into a readable one (time, level, worker, event, message, then the other
+ * fields on the same line) before batching. Only when asked for: the JSON path never comes here.
+ */
+class PrettyLines implements DestinationStream {
+  readonly #batch: LineBatch;
+  readonly #pretty: (line: string) => string;
+
+  constructor(batch: LineBatch, colorize: boolean) {
+    this.#batch = batch;
+    // Loaded only when asked for: JSON logging never loads it.
+    const { prettyFactory } = createRequire(import.meta.url)('pino-pretty') as { prettyFactory: typeof PrettyFactory };
+    this.#pretty = prettyFactory({
+      colorize,
+      translateTime: 'SYS:HH:MM:ss.l',
+      ignore: 'pid,hostname,event,worker',
+      singleLine: true,
+      messageFormat: '{if worker}[worker {worker}] {end}{event}{if msg}: {msg}{end}',
+    });
+  }
+
+  write(line: string): void {
+    let text: string;
+    try {
+      text = this.#pretty(line);
+    } catch {
+      text = line;
+    }
+    this.#batch.write(text.endsWith('\n') ? text : `${text}\n`);
+  }
+
+  flush(): void {
+    this.#batch.flush();
+  }
+
+  flushSync(): void {
+    this.#batch.flushSync();
+  }
+}
+
 export function createLoggers(options: LoggerOptions): Loggers {
   const shared = options.worker !== undefined;
+  const fd = options.fd ?? 1;
   // sonic-boom writes each batch as handed over (maxWrite above any batch, so it never splits one).
-  const out = pino.destination({ fd: options.fd ?? 1, sync: false, minLength: 0, ...(shared ? { maxWrite: PIPE_BUF } : {}) });
-  const destination = shared ? new LineBatch(out, PIPE_BUF, true) : new LineBatch(out, BATCH_BYTES, false);
+  const out = pino.destination({ fd, sync: false, minLength: 0, ...(shared ? { maxWrite: PIPE_BUF } : {}) });
+  const batch = shared ? new LineBatch(out, PIPE_BUF, true) : new LineBatch(out, BATCH_BYTES, false);
+  // Colours only on a terminal, and never when NO_COLOR is set (https://no-color.org).
+  const destination = isPretty(options.format, fd) ? new PrettyLines(batch, isatty(fd) && !process.env.NO_COLOR) : batch;
   // Batching must not hold a quiet gateway's lines back for long.
   setInterval(() => {
     try {

@@ -180,7 +180,7 @@ export class Metrics {
       const workers = sources.workers;
       new Gauge({
         name: 'sluice_workers',
-        help: 'Worker processes by state (starting, ready, restarting, exited).',
+        help: 'Worker processes by state (starting, ready, draining, restarting, exited).',
         labelNames: ['state'],
         registers,
         collect() {

@@ -63,7 +63,7 @@ describe('defaults', () => {
         max_connections: 0,
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
-      log: { level: 'info', access_log: true },
+      log: { level: 'info', access_log: true, format: 'auto' },
       admin: { allow_non_loopback: false },
     });
   });
@@ -71,7 +71,7 @@ describe('defaults', () => {
   test('a partly given section keeps its given values and defaults the rest', () => {
     const config = parseConfig(`${PROXY}shutdown: { min_drain_secs: 2 }\nlog: { level: debug }\n`, 'test.yaml', {});
     assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false });
-    assert.deepEqual(config.log, { level: 'debug', access_log: true });
+    assert.deepEqual(config.log, { level: 'debug', access_log: true, format: 'auto' });
   });
 
   test('provider defaults: anthropic_version and headers', () => {
@@ -116,10 +116,10 @@ describe('unknown keys', () => {
   );
 
   test('several unknown keys in one mapping are all named', () => {
-    const problems = problemsOf(`${PROXY}log: { colour: red, format: json }\n`);
+    const problems = problemsOf(`${PROXY}log: { colour: red, style: json }\n`);
     const text = problems.map((p) => p.message).join('\n');
     assert.match(text, /"colour"/);
-    assert.match(text, /"format"/);
+    assert.match(text, /"style"/);
   });
 });
 
@@ -401,7 +401,7 @@ describe('errors', () => {
     const problems = problemsOf(`${PROXY}providers:\n  - { name: up, type: openai, api_kye: x }\nkeys: [{ name: ci, kye: "12345678" }]\nlog: { levle: info, zzz: 1 }\n`);
     assert.equal(problemAt(problems, 'providers[0].api_kye').message, 'unknown key "api_kye" (did you mean "api_key"?)');
     assert.equal(problemAt(problems, 'log.levle').message, 'unknown key "levle" (did you mean "level"?)');
-    assert.equal(problemAt(problems, 'log.zzz').message, 'unknown key "zzz" (known keys: level, access_log)');
+    assert.equal(problemAt(problems, 'log.zzz').message, 'unknown key "zzz" (known keys: level, access_log, format)');
     assert.match(problemAt(problems, 'keys[0].kye').message, /did you mean "key"\?/);
   });
 

@@ -863,7 +863,19 @@ describe('O1 logs', () => {
     const [started] = t.events('drain_started');
     assert.ok(started);
     assert.equal(started.level, 'info');
-    assert.deepEqual(started.fields, { event: 'drain_started', trigger: 'SIGTERM', min_drain_secs: 12, max_drain_secs: 90, strategy: 'immediate', inbound_only: false, exit: true, in_flight: 1, open_connections: 3 });
+    assert.deepEqual(started.fields, {
+      event: 'drain_started',
+      trigger: 'SIGTERM',
+      min_drain_secs: 12,
+      max_drain_secs: 90,
+      strategy: 'immediate',
+      inbound_only: false,
+      exit: true,
+      in_flight: 1,
+      open_connections: 3,
+      waiting_for: { window_secs_left: 12, requests: 1, streams: 0, sessions: 0, workers: 0 },
+      probe_connections: 0,
+    });
   });
 
   test('O1: drain progress is logged every progress_log_secs until the exit', async () => {
@@ -880,9 +892,19 @@ describe('O1 logs', () => {
       progress.map((p) => p.fields.elapsed_secs),
       [5, 10, 15, 20],
     );
-    assert.deepEqual(progress[0]!.fields, { event: 'drain_progress', state: 'draining', in_flight: 1, open_connections: 1, elapsed_secs: 5 });
+    assert.deepEqual(progress[0]!.fields, {
+      event: 'drain_progress',
+      state: 'draining',
+      in_flight: 1,
+      open_connections: 1,
+      elapsed_secs: 5,
+      waiting_for: { window_secs_left: 25, requests: 1, streams: 0, sessions: 0, workers: 0 },
+      probe_connections: 0,
+    });
+    assert.equal(progress[0]!.message, 'still draining: window open 25 s more (still accepting, for the load balancer); in flight: 1 request, 0 streams, 0 sessions');
     t.advanceSecs(20);
     assert.equal(t.events('drain_progress').at(-1)!.fields.elapsed_secs, 40);
+    assert.equal(t.events('drain_progress').at(-1)!.message, 'still draining: window over; waiting for 1 request, 0 streams, 0 sessions');
     t.lifecycle.requestFinished(busy.connection);
     await outcome(done);
     const count = t.events('drain_progress').length;
@@ -914,12 +936,16 @@ describe('O1 logs', () => {
     assert.deepEqual(exit.fields, { event: 'process_exit', exit_code: 0, drain_duration_secs: 4.25, forced: null });
   });
 
-  test('O1: connection_accepted_while_draining names the listener and the peer; not logged while serving', () => {
+  test('O1: connection_accepted_while_draining names the listener and the peer, at its first request; not logged while serving', () => {
     const t = setup();
-    t.connect('before');
+    t.lifecycle.requestStarted(t.connect('before').connection);
     assert.equal(t.events('connection_accepted_while_draining').length, 0);
     void t.lifecycle.drain('SIGTERM');
-    const { socket } = t.connect('during', { listener: 'admin' });
+    const { socket, connection } = t.connect('during', { listener: 'admin' });
+    assert.equal(t.events('connection_accepted_while_draining').length, 0, 'not before its first request: it may be a probe');
+    t.lifecycle.requestStarted(connection);
+    t.lifecycle.requestFinished(connection);
+    t.lifecycle.requestStarted(connection);
     const lines = t.events('connection_accepted_while_draining');
     assert.equal(lines.length, 1);
     assert.deepEqual(lines[0]!.fields, {
@@ -928,6 +954,29 @@ describe('O1 logs', () => {
       peer: `192.0.2.7:${socket.remotePort}`,
       open_connections: 2,
     });
+  });
+
+  test('O1: a connection whose first request is a health probe is counted, not logged', () => {
+    const t = setup();
+    void t.lifecycle.drain('SIGTERM');
+    for (let i = 0; i < 3; i++) t.lifecycle.requestStarted(t.connect(`probe${i}`).connection, true);
+    t.lifecycle.requestStarted(t.connect('client').connection, false);
+    assert.equal(t.events('connection_accepted_while_draining').length, 1);
+    assert.equal(t.lifecycle.probeConnections, 3);
+    t.advanceSecs(5);
+    assert.equal(t.events('drain_progress')[0]!.fields.probe_connections, 3);
+  });
+
+  test('waiting_for counts streams and sessions by what their force-ends say they are', () => {
+    const t = setup({ minDrainSecs: 0 });
+    for (let i = 0; i < 4; i++) t.active(`a${i}`);
+    t.lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'stream' });
+    t.lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'session' });
+    t.lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'request' });
+    t.lifecycle.trackForceEndable({ forceEnd: () => {} });
+    void t.lifecycle.drain('SIGTERM');
+    assert.deepEqual(t.lifecycle.waitingFor(), { window_secs_left: 0, requests: 2, streams: 1, sessions: 1, workers: 0 });
+    assert.equal(t.events('drain_started')[0]!.message, 'drain started: window over; waiting for 2 requests, 1 stream, 1 session');
   });
 
   test('observeConnections sees every accept and close with its reason', () => {
