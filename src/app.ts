@@ -57,6 +57,7 @@ function drainSettings(config: Config): DrainSettings {
     idleTimeoutSecs: config.downstream.idle_timeout_secs,
     drainStrategy: config.shutdown.drain_strategy,
     drainTimeSecs: config.shutdown.drain_time_secs,
+    resetUpgradedOnProactiveDrain: config.shutdown.reset_upgraded_on_proactive_drain,
     connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
   };
 }

@@ -98,6 +98,11 @@ const shutdown = z.strictObject({
   drain_strategy: z.enum(['immediate', 'gradual']).default('immediate'),
   /** E1/E2/E4: the time a drain is spread over (admin graceful drains keep accepting this long). Default: min_drain_secs. */
   drain_time_secs: seconds.optional(),
+  /**
+   * E3: the proactive drain resets upgraded (WebSocket) connections, as Envoy does, instead of
+   * leaving them to finish. Off by default: a drain never cuts a session in flight.
+   */
+  reset_upgraded_on_proactive_drain: fromEnv(z.boolean()).default(false),
 });
 
 const downstream = z.strictObject({

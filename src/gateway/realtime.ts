@@ -10,6 +10,7 @@ import { rejectUpgrade, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';
 import { classifyUpstreamError, errors, type GatewayError } from './errors.ts';
 import { readUsageFrom } from './usage.ts';
+import { checkHandshake } from './websocket-handshake.ts';
 
 export interface RealtimeEnvironment {
   routing(): Routing;
@@ -20,7 +21,7 @@ export interface RealtimeEnvironment {
 
 /** Browsers cannot set headers, so the OpenAI SDK sends the key as a subprotocol. */
 const KEY_PROTOCOL = 'openai-insecure-api-key.';
-const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 502: 'Bad Gateway', 504: 'Gateway Timeout' };
+const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed', 502: 'Bad Gateway', 504: 'Gateway Timeout' };
 
 /** RFC 6455 §7.4: 1005 and 1006 are never sent in a close frame. */
 function sendableCode(code: number): number {
@@ -39,11 +40,15 @@ export class RealtimeRoute implements UpgradeRoute {
     const reject = (error: GatewayError) => {
       ctx.errorCode ||= error.code;
       ctx.status = error.status;
-      rejectUpgrade(ctx.socket, error.status, REASONS[error.status] ?? 'Error', error.body());
-      ctx.socket.once('close', () => finished(error.status));
+      rejectUpgrade(ctx.socket, error.status, REASONS[error.status] ?? 'Error', error.body(), error.headers);
+      whenClosed(ctx.socket, () => finished(error.status));
     };
     const { req } = ctx;
-    const protocols = (req.headers['sec-websocket-protocol'] ?? '').split(',').map((p) => p.trim()).filter(Boolean);
+    // R1: a handshake the WebSocket library would refuse (or throw on) is answered here, before an
+    // upstream socket is opened for it.
+    const handshake = checkHandshake(req);
+    if (!handshake.ok) return reject(handshake.error);
+    const { protocols } = handshake;
     const keyProtocol = protocols.find((p) => p.startsWith(KEY_PROTOCOL));
     const routing = this.#env.routing();
     const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
@@ -66,11 +71,18 @@ export class RealtimeRoute implements UpgradeRoute {
     const upstreamHeaders: Record<string, string> = { ...target.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];
     if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;
-    const upstream = new WebSocket(target.url, protocols.filter((p) => p !== keyProtocol), {
-      headers: upstreamHeaders,
-      handshakeTimeout: this.#env.connectTimeoutMs,
-      perMessageDeflate: false,
-    });
+    let upstream: WebSocket;
+    try {
+      upstream = new WebSocket(target.url, protocols.filter((p) => p !== keyProtocol), {
+        headers: upstreamHeaders,
+        handshakeTimeout: this.#env.connectTimeoutMs,
+        perMessageDeflate: false,
+      });
+    } catch {
+      // A target URL the library refuses: the provider's configuration, not the client.
+      this.#env.upstreamError(provider.name, 'other');
+      return reject(errors.upstreamFailed(provider.name));
+    }
     let opened = false;
     // The client left before the upstream answered.
     const onEarlyClose = () => {
@@ -90,7 +102,7 @@ export class RealtimeRoute implements UpgradeRoute {
         const status = response.statusCode ?? 502;
         ctx.status = status;
         rejectUpgrade(ctx.socket, status, response.statusMessage ?? 'Error', body || errors.upstreamFailed(provider.name).body());
-        ctx.socket.once('close', () => finished(status));
+        whenClosed(ctx.socket, () => finished(status));
         upstream.terminate();
       });
     });
@@ -108,12 +120,28 @@ export class RealtimeRoute implements UpgradeRoute {
         upstream.terminate();
         return;
       }
+      // The library may still end the handshake without calling back (a socket that stopped being
+      // writable, a header it refuses): the exchange then ends when the socket closes (L10).
+      let accepted = false;
+      whenClosed(ctx.socket, () => {
+        if (accepted) return;
+        ctx.errorCode ||= 'websocket_handshake_failed';
+        upstream.terminate();
+        finished(ctx.status || 400);
+      });
       this.#server.handleUpgrade(req, ctx.socket, ctx.head, (client) => {
+        accepted = true;
         ctx.status = 101;
         new RealtimeSession(ctx, client, upstream, this.#env, finished);
       });
     });
   }
+}
+
+/** Runs `fn` once the socket has closed (at once if it already has). */
+function whenClosed(socket: UpgradeContext['socket'], fn: () => void): void {
+  if (socket.closed) fn();
+  else socket.once('close', fn);
 }
 
 class RealtimeSession implements ForceEndable {

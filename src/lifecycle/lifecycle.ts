@@ -86,6 +86,8 @@ export interface DrainSettings {
   idleTimeoutSecs?: number;
   /** E1: how responses retire their connections during a drain. */
   drainStrategy?: DrainStrategy;
+  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way); default false. */
+  resetUpgradedOnProactiveDrain?: boolean;
   /** E1/E2: the drain time the strategy and the proactive drain are spread over (default: the window). */
   drainTimeSecs?: number;
   /** E2: a proactively drained connection's own drain timeout. */
@@ -435,10 +437,13 @@ export class Lifecycle implements DrainDecision {
   }
 
   #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
-    if (connection.state === 'upgraded' && !connection.retiring && !connection.socket.destroyed) {
-      // E3: an upgraded stream cannot be told to go away; on HTTP/1 it is reset at once.
-      connection.retiring = true;
-      this.connections.destroy(connection, 'proactive_drain_reset');
+    if (connection.state === 'upgraded') {
+      // E3: an upgraded stream cannot be told to go away. It is in flight like any request and
+      // finishes (L7), unless the operator chose Envoy's way and has it reset at once.
+      if (this.#settings.resetUpgradedOnProactiveDrain && !connection.socket.destroyed) {
+        connection.retiring = true;
+        this.connections.destroy(connection, 'proactive_drain_reset');
+      }
       return;
     }
     this.retireConnection(connection, timeoutMs, 'proactive_drain');

@@ -36,6 +36,11 @@ export interface ListenerHandlers {
   onUpgrade?: UpgradeHandler | undefined;
 }
 
+function isWebSocketUpgrade(req: IncomingMessage): boolean {
+  const upgrade = req.headers.upgrade;
+  return upgrade !== undefined && /(?:^|,)\s*websocket\s*(?:,|$)/i.test(upgrade);
+}
+
 /** The HTTP/2 connection preface (RFC 9113 §3.4) starts with these bytes. */
 const H2_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n');
 
@@ -61,6 +66,9 @@ class Generation {
         requestTimeout: Math.round(downstream.request_timeout_secs * 1000),
         connectionsCheckingInterval: 1000,
         noDelay: true,
+        // Only WebSocket upgrades leave HTTP: any other `Upgrade` (h2c, an unknown protocol) is
+        // served as the request it also is (RFC 9110 §7.8 lets a server ignore the header).
+        shouldUpgradeCallback: (req: IncomingMessage) => handlers.onUpgrade !== undefined && isWebSocketUpgrade(req),
       });
       http1.on('request', (req: IncomingMessage, res: ServerResponse) => handlers.onRequest(listener, req, res));
       http1.on('clientError', sendClientError);

@@ -11,10 +11,12 @@ export interface UpgradeRoute {
   handle(ctx: UpgradeContext, finished: (status: number) => void): void;
 }
 
-export function rejectUpgrade(socket: Duplex, status: number, reason: string, body: string): void {
+export function rejectUpgrade(socket: Duplex, status: number, reason: string, body: string, headers: Readonly<Record<string, string>> = {}): void {
   if (socket.destroyed) return;
+  let extra = '';
+  for (const [name, value] of Object.entries(headers)) extra += `${name}: ${value}\r\n`;
   socket.end(
-    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\nconnection: close\r\n\r\n${body}`,
+    `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
     () => socket.destroy(),
   );
 }
@@ -46,6 +48,16 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
       return;
     }
     if (connection) lifecycle.connections.upgraded(connection);
-    route.handle(ctx, finished);
+    try {
+      route.handle(ctx, finished);
+    } catch (error) {
+      // Nothing a client sends may take the process down (R1): a throw here is a bug, answered as
+      // one, and the exchange still ends exactly once (L10).
+      services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'upgrade handler failed');
+      ctx.errorCode ||= 'internal_error';
+      rejectUpgrade(socket, 500, 'Internal Server Error', '{"error":{"message":"internal gateway error","type":"server_error","code":"internal_error"}}');
+      if (socket.closed) finished(500);
+      else socket.once('close', () => finished(500));
+    }
   };
 }

@@ -2,6 +2,7 @@
 // handshake, counted in flight until they close (L7), and closed with 1001 on a forced drain (L8).
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { connect as connectTcp } from 'node:net';
 import { WebSocket } from 'ws';
 import { startGateway, eventually, metricValue, scrape, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
@@ -118,6 +119,91 @@ test('auth and routing are checked before the handshake: 401, 404, 400', async (
     await session.next('session.created');
     session.ws.close();
     await session.closed;
+  } finally {
+    await gw.stop();
+  }
+});
+
+/** Sends one raw request and reads until the server closes: the client's bytes are exactly these. */
+function rawExchange(gw: GatewayProcess, request: string): Promise<{ status: number; head: string; body: string }> {
+  const url = new URL(gw.proxyUrl);
+  return new Promise((resolve, reject) => {
+    const socket = connectTcp(Number(url.port), url.hostname, () => socket.write(request));
+    let text = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (chunk: string) => (text += chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const split = text.indexOf('\r\n\r\n');
+      resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? -1), head: text.slice(0, split), body: text.slice(split + 4) });
+    });
+  });
+}
+
+function upgradeRequest(headers: Record<string, string | undefined>, method = 'GET', path = '/v1/realtime?model=rt'): string {
+  const all: Record<string, string | undefined> = {
+    host: 'gateway',
+    connection: 'Upgrade',
+    upgrade: 'websocket',
+    'sec-websocket-version': '13',
+    'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==',
+    authorization: `Bearer ${CLIENT_KEY}`,
+    ...headers,
+  };
+  const lines = Object.entries(all).flatMap(([name, value]) => (value === undefined ? [] : [`${name}: ${value}`]));
+  return `${method} ${path} HTTP/1.1\r\n${lines.join('\r\n')}\r\n\r\n`;
+}
+
+test('R1/L10: malformed handshakes get a 4xx in the OpenAI shape, the process lives on and in-flight returns to 0', async () => {
+  const gw = await startGateway({ config: config() });
+  try {
+    mock.reset();
+    const inFlight = async () => metricValue(await scrape(gw), 'sluice_in_flight_requests', { endpoint: 'realtime', protocol: 'websocket' }) ?? 0;
+    const cases: [string, string, number][] = [
+      // Once an uncaught SyntaxError from the WebSocket library that ended the process (exit 70).
+      ['duplicated subprotocol', upgradeRequest({ 'sec-websocket-protocol': 'x, x' }), 400],
+      ['subprotocol that is not a token', upgradeRequest({ 'sec-websocket-protocol': 'a b, {c}' }), 400],
+      ['empty subprotocol list', upgradeRequest({ 'sec-websocket-protocol': ', ,' }), 400],
+      // Once a 400 from the library after the upstream had opened, with in-flight left at 1 for ever.
+      ['missing key', upgradeRequest({ 'sec-websocket-key': undefined }), 400],
+      ['invalid key', upgradeRequest({ 'sec-websocket-key': 'short' }), 400],
+      ['unsupported version', upgradeRequest({ 'sec-websocket-version': '12' }), 400],
+      ['missing version', upgradeRequest({ 'sec-websocket-version': undefined }), 400],
+      ['POST', upgradeRequest({}, 'POST'), 405],
+    ];
+    for (const [name, request, expected] of cases) {
+      const answer = await rawExchange(gw, request);
+      assert.equal(answer.status, expected, `${name}: ${answer.head}`);
+      const error = (JSON.parse(answer.body) as { error: { code: string; type: string } }).error;
+      assert.equal(error.type, 'invalid_request_error', name);
+      assert.equal(gw.child.exitCode, null, `${name}: the process is alive`);
+    }
+    assert.equal(mock.received.filter((r) => r.path.startsWith('/v1/realtime')).length, 0, 'no upstream socket was opened for a malformed handshake');
+    await eventually(async () => (await inFlight()) === 0, 3000, 'realtime in-flight back to 0');
+    // The gateway still serves a proper session, and a drain with nothing in flight ends at once.
+    const session = await connect(gw, '?model=rt', { protocols: ['realtime'] });
+    await session.next('session.created');
+    session.ws.close(1000);
+    await session.closed;
+    await eventually(async () => (await inFlight()) === 0, 3000, 'in-flight back to 0 after the session');
+    gw.signal('SIGTERM');
+    const exit = await gw.exited;
+    assert.equal(exit.code, 0);
+  } finally {
+    await gw.stop();
+  }
+});
+
+test('an Upgrade other than websocket is served as the plain request it also is', async () => {
+  const gw = await startGateway({ config: config() });
+  try {
+    const body = JSON.stringify({ model: 'echo', messages: [{ role: 'user', content: 'hi' }] });
+    const answer = await rawExchange(
+      gw,
+      `POST /v1/chat/completions HTTP/1.1\r\nhost: gateway\r\nconnection: Upgrade, HTTP2-Settings, close\r\nupgrade: h2c\r\nhttp2-settings: AAMAAABkAARAAAAAAAIAAAAA\r\nauthorization: Bearer ${CLIENT_KEY}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+    );
+    assert.equal(answer.status, 200, answer.head);
+    assert.match(answer.body, /chat\.completion/);
   } finally {
     await gw.stop();
   }

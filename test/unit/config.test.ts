@@ -52,7 +52,7 @@ describe('defaults', () => {
       providers: [],
       models: [],
       keys: [],
-      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate' },
+      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false },
       downstream: {
         idle_timeout_secs: 0,
         fresh_connection_grace_secs: 10,
@@ -70,7 +70,7 @@ describe('defaults', () => {
 
   test('a partly given section keeps its given values and defaults the rest', () => {
     const config = parseConfig(`${PROXY}shutdown: { min_drain_secs: 2 }\nlog: { level: debug }\n`, 'test.yaml', {});
-    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate' });
+    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false });
     assert.deepEqual(config.log, { level: 'debug', access_log: true });
   });
 

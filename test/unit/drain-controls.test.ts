@@ -128,8 +128,35 @@ describe('E2/E3: proactive drain', () => {
     assert.notEqual(proactiveDrainAt(60_000, 5_000, 39_999, () => 0.5), undefined);
   });
 
-  test('idle connections are closed one drain timeout after their proactive moment; active ones retire; upgraded ones are reset', () => {
+  test('idle connections are closed one drain timeout after their proactive moment; active ones retire; upgraded ones finish (E3)', () => {
     const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5 }, () => 0);
+    const idle = t.idle();
+    const busy = t.connect();
+    t.lifecycle.requestStarted(busy.connection);
+    const ws = t.connect();
+    t.lifecycle.requestStarted(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection);
+    void t.lifecycle.drain('SIGTERM');
+    t.clock.advance(39_999);
+    assert.equal(idle.socket.destroyed, false);
+    assert.equal(busy.connection.retiring, false);
+    t.clock.advance(1); // 2/3 of 60 s, random 0: the moment is now
+    assert.equal(busy.connection.retiring, true, 'busy connection told to go (Connection: close on its next response)');
+    assert.equal(idle.socket.destroyed, false, 'idle: waits for its own drain timeout');
+    t.clock.advance(5_000);
+    assert.equal(idle.socket.closedBy, 'end');
+    assert.equal(busy.socket.destroyed, false, 'busy: left to finish');
+    t.clock.advance(60_000);
+    assert.equal(ws.socket.destroyed, false, 'E3: a session in flight is never reset by the drain');
+    assert.equal(ws.connection.retiring, false);
+    assert.equal(t.lifecycle.state, 'draining', 'the session keeps the process up (L7)');
+    t.lifecycle.requestFinished(ws.connection);
+    t.lifecycle.requestFinished(busy.connection);
+    assert.equal(t.lifecycle.state, 'closing');
+  });
+
+  test('E3 opt-in: reset_upgraded_on_proactive_drain resets an upgraded connection at its proactive moment', () => {
+    const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
     const idle = t.idle();
     const busy = t.connect();
     t.lifecycle.requestStarted(busy.connection);
