@@ -62,7 +62,9 @@ export function startMixedLoad(options: MixedLoadOptions): MixedLoad {
   const counts = Object.fromEntries(LOAD_KINDS.map((k) => [k, { sent: 0, ok: 0, lost: 0, reasons: [] }])) as unknown as LoadCounts;
   const lose = (kind: LoadKind, reason: string) => {
     counts[kind].lost++;
-    if (counts[kind].reasons.length < MAX_REASONS) counts[kind].reasons.push(reason);
+    // One line, without markup: HAProxy's own error pages are HTML.
+    const line = reason.replace(/<[^>]*>/g, ' ').replace(/\s+/g, ' ').trim();
+    if (counts[kind].reasons.length < MAX_REASONS) counts[kind].reasons.push(line);
   };
   const pending = new Set<Promise<void>>();
   const track = (p: Promise<void>) => {
