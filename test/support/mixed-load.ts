@@ -172,7 +172,7 @@ export function startMixedLoad(options: MixedLoadOptions): MixedLoad {
     while (done < exchanges && !closedEarly && Date.now() < answeredBy) await sleep(20);
     if (closedEarly) return lose(kind, `closed by the server side with ${closedEarly.code} after ${done}/${exchanges} answers${failure ? ` (${failure})` : ''}`);
     ws.close(1000, 'client done');
-    const end = await Promise.race([closed, sleep(5000).then(() => undefined)]);
+    const end = await within(closed, 5000);
     if (!end) {
       ws.terminate();
       return lose(kind, 'no close frame within 5 s of the client closing');
@@ -194,9 +194,8 @@ export function startMixedLoad(options: MixedLoadOptions): MixedLoad {
       clearInterval(httpTimer);
       clearInterval(wsTimer);
       clearInterval(longTimer);
-      const all = Promise.all([...pinned, ...pending]);
-      const timedOut = await Promise.race([all.then(() => false), sleep(deadlineMs).then(() => true)]);
-      if (timedOut) throw new Error(`the load did not finish within ${deadlineMs} ms of being stopped`);
+      const finished = await within(Promise.all([...pinned, ...pending]).then(() => true), deadlineMs);
+      if (!finished) throw new Error(`the load did not finish within ${deadlineMs} ms of being stopped`);
       await Promise.all([httpAgent.close(), tcpAgent.close()]);
       return counts;
     },
@@ -205,6 +204,17 @@ export function startMixedLoad(options: MixedLoadOptions): MixedLoad {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms));
+}
+
+/** Resolves with `promise`'s value, or with undefined after `ms`; the timer never outlives it. */
+async function within<T>(promise: Promise<T>, ms: number): Promise<T | undefined> {
+  let wake = () => {};
+  const timer = setTimeout(() => wake(), ms);
+  try {
+    return await Promise.race([promise, new Promise<undefined>((resolve) => (wake = () => resolve(undefined)))]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** One line per kind: sent / ok / lost, for the run's table. */
