@@ -363,8 +363,13 @@ async function strictRollingRestart(t: TestContext, title: string, breakage: Bre
     load = undefined;
     printTable(t, title, counts, rolls);
     if (totalLost(counts) > 0 && breakage === 'none') {
-      const unusual = lb.output().split('\n').filter((line) => (line.includes(' HTTP/') && !(/ 200 /.test(line) && / ---- /.test(line))) || / [sSCPRIDLc][A-Z-]{3} /.test(line));
-      t.diagnostic(`haproxy lines for unusual answers:\n${unusual.slice(0, 20).join('\n')}`);
+      // Request lines (httplog and tcplog formats) that did not end cleanly (termination state not ----, or -- for TCP).
+      const unusual = lb
+        .output()
+        .split('\n')
+        .filter((line) => (line.includes(' HTTP/') && !/ (200|101) .* ---- /.test(line)) || (line.includes(' fe_tcp ') && !/ -- \d/.test(line)));
+      // One diagnostic per line: a reporter may show only the first line of each.
+      for (const line of ['haproxy lines for unusual answers:', ...unusual.slice(0, 20)]) t.diagnostic(line);
     }
     return { counts, rolls, old };
   } finally {
