@@ -225,13 +225,15 @@ const BREAKAGES: Record<Breakage, { shutdown?: Record<string, unknown>; admin?: 
   // Rule L2: the listener closes (as soon as nothing is in flight) while HAProxy still routes to it.
   'window-0': { shutdown: { min_drain_secs: 0 } },
   // Rule L3: responses keep their connections during the window. E1's gradual strategy with a
-  // drain time so long that the chance of `Connection: close` stays about 0 through the window
-  // (it rises to 1 at half the drain time); the window is still the default 30 s. The clients held
-  // on the old instance through the layer-4 frontend then never leave: their requests keep it busy,
-  // so its listener never closes (L5 waits for work in flight), and the platform's SIGKILL at the end
-  // of the grace period cuts the requests in flight. (With quicker requests the listener does close
-  // once, between two requests, and the loss is a race between that close and a client's next
-  // request: lost in most rolls, not in all, so the held clients' requests take 200-600 ms.)
+  // drain time so long that the chance of `Connection: close` stays about 0 through the window (it
+  // rises to 1 at half the drain time); the window is still the default 30 s. The same drain time
+  // puts E2's proactive drain (which would otherwise tell every connection to go 20 to 25 s into a
+  // default drain) out of reach, so no response in the window says `Connection: close`. The clients
+  // held on the old instance through the layer-4 frontend then never leave: their requests keep it
+  // busy, so its listener never closes (L5 waits for work in flight), and the platform's SIGKILL at
+  // the end of the grace period cuts the requests in flight. (With quicker requests the listener
+  // does close once, between two requests, and the loss is a race between that close and a
+  // client's next request: lost in most rolls, not in all. Hence 200-600 ms requests for them.)
   'no-connection-close': { shutdown: { drain_strategy: 'gradual', drain_time_secs: 1_000_000 } },
   // Rule L2 at the signal: the admin API's non-graceful stop closes the listener at once, then SIGTERM.
   'listener-closed-at-signal': { admin: '/drain_listeners' },
