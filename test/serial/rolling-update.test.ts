@@ -233,7 +233,7 @@ const BREAKAGES: Record<Breakage, { shutdown?: Record<string, unknown>; admin?: 
   // busy, so its listener never closes (L5 waits for work in flight), and the platform's SIGKILL at
   // the end of the grace period cuts the requests in flight. (With quicker requests the listener
   // does close once, between two requests, and the loss is a race between that close and a
-  // client's next request: lost in most rolls, not in all. Hence 200-600 ms requests for them.)
+  // client's next request: lost in most rolls, not in all. Hence 100-400 ms requests for them.)
   'no-connection-close': { shutdown: { drain_strategy: 'gradual', drain_time_secs: 1_000_000 } },
   // Rule L2 at the signal: the admin API's non-graceful stop closes the listener at once, then SIGTERM.
   'listener-closed-at-signal': { admin: '/drain_listeners' },

@@ -114,14 +114,14 @@ export function startMixedLoad(options: MixedLoadOptions): MixedLoad {
 
   // Clients that keep their pooled connections busy (a closed loop per connection) through the
   // layer-4 frontend: only the server can move them, by closing the connection. Their requests take
-  // 200-600 ms (a short completion), so an instance holding a few of them is never without one in
+  // 100-400 ms (a short completion), so an instance holding a few of them is never without one in
   // flight: the gaps between two requests of one client (the client's own turnaround) are short
   // beside them.
   const pinned = Array.from({ length: pinnedClients }, async (_, i) => {
     let n = i;
     while (running && counts['json-l4'].sent < MAX_PER_KIND) {
       const before = counts['json-l4'].lost;
-      await chat('json-l4', tcpAgent, options.tcpUrl, false, { headersDelayMs: 200 + ((n++ * 53) % 400) });
+      await chat('json-l4', tcpAgent, options.tcpUrl, false, { headersDelayMs: 100 + ((n++ * 53) % 300) });
       // A failing client must not spin.
       if (counts['json-l4'].lost > before) await sleep(20);
     }
