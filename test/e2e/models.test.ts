@@ -98,6 +98,8 @@ describe('GET /v1/models', () => {
     for (let i = 0; i < 2; i++) await openai.models.list();
     const ids = (await openai.models.list()).data.map((m) => m.id);
     assert.ok(ids.includes('dead-exact'));
+    // The log line is read from the process's stdout: wait for it rather than race it.
+    await gw.waitForLog((l) => l.event === 'models_list_failed');
     const failed = gw.logs.filter((l) => l.event === 'models_list_failed');
     assert.equal(failed.length, 1, JSON.stringify(failed));
     assert.equal(failed[0]!.provider, 'down');
