@@ -12,6 +12,7 @@ import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
 import { cpuTicks, median } from './stats.ts';
+import { readyUrl } from './ready.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '6' }, seconds: { type: 'string', default: '5' } } });
@@ -32,31 +33,10 @@ process.on('exit', () => {
   rmSync(TMP, { recursive: true, force: true });
 });
 
-function start(name: string, cwd: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<{ pid: number; url: string }> {
+async function start(name: string, cwd: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<{ pid: number; url: string }> {
   const child = spawn('taskset', ['-c', '0', process.execPath, ...args], { cwd, stdio: ['ignore', 'pipe', 'inherit'] });
   children.add(child);
-  return new Promise((done, fail) => {
-    let pending = '';
-    child.once('exit', (code) => fail(new Error(`${name} exited (${code})`)));
-    const onData = (chunk: Buffer) => {
-      pending += chunk.toString();
-      for (let nl = pending.indexOf('\n'); nl !== -1; nl = pending.indexOf('\n')) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        let url: string | undefined;
-        try {
-          url = urlFrom(JSON.parse(line) as Record<string, unknown>);
-        } catch {
-          continue;
-        }
-        if (url === undefined) continue;
-        child.stdout!.off('data', onData).on('data', () => {}); // drain the access log from now on
-        done({ pid: child.pid!, url });
-        return;
-      }
-    };
-    child.stdout!.on('data', onData);
-  });
+  return { pid: child.pid!, url: await readyUrl(name, child, urlFrom) };
 }
 
 async function gateway(name: string, checkout: string, mockUrl: string): Promise<{ pid: number; url: string }> {

@@ -23,6 +23,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { stringify } from 'yaml';
+import { readyUrl } from './ready.ts';
 import { makePki } from '../test/support/certs.ts';
 import {
   BASELINE, PROTOCOL_TARGETS, post, protocolListeners, protocolMethods, protocolSummary, protocolTable, runH2load,
@@ -107,34 +108,12 @@ function launch(cpu: string, cmd: string, args: string[], env?: Record<string, s
 }
 
 /** Starts a server and resolves once `urlFrom` finds its URL in a stdout JSON line; stdout is drained after. */
-function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0'): Promise<Server> {
+async function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0'): Promise<Server> {
   const child = launch(cpu, process.execPath, args);
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  return new Promise((done, fail) => {
-    let pending = '';
-    const timer = setTimeout(() => fail(new Error(`${name} did not start within 15 s\n${stderr}`)), 15_000);
-    child.once('exit', (code) => fail(new Error(`${name} exited (code ${code}) before it was ready\n${stderr}`)));
-    const onData = (chunk: Buffer): void => {
-      pending += chunk.toString();
-      for (let nl = pending.indexOf('\n'); nl !== -1; nl = pending.indexOf('\n')) {
-        const line = pending.slice(0, nl);
-        pending = pending.slice(nl + 1);
-        let url: string | undefined;
-        try {
-          url = urlFrom(JSON.parse(line) as Record<string, unknown>);
-        } catch {
-          continue; // not JSON
-        }
-        if (url === undefined) continue;
-        clearTimeout(timer);
-        child.stdout!.off('data', onData).on('data', () => {}); // from now on: drain (the access log)
-        done({ name, child, pid: child.pid!, url, urls: {} });
-        return;
-      }
-    };
-    child.stdout!.on('data', onData);
-  });
+  const url = await readyUrl(name, child, urlFrom, () => stderr);
+  return { name, child, pid: child.pid!, url, urls: {} };
 }
 
 function startMock(): Promise<Server> {
