@@ -7,7 +7,7 @@ import type { RequestContext } from '../server/context.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import { sendError, sendJson, writeHead } from '../server/respond.ts';
-import { GatewayError, errors } from '../gateway/errors.ts';
+import { GatewayError, errors } from '../api/errors.ts';
 import { ADMIN_ROUTES, openApiDocument, type AdminRoute } from './openapi.ts';
 
 export interface AdminEnvironment {

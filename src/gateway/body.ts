@@ -1,6 +1,6 @@
 // Reads a request body up to the configured limit.
 import type { IncomingMessage } from 'node:http';
-import { errors, type GatewayError } from './errors.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
 
 /** How much of an unwanted body is read and thrown away before the connection is cut. */
 const DISCARD_LIMIT_BYTES = 64 * 1024 * 1024;

@@ -8,7 +8,8 @@ import type { ForceEndable } from '../lifecycle/lifecycle.ts';
 import type { UpgradeContext } from '../server/context.ts';
 import { rejectUpgrade, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';
-import { classifyUpstreamError, errors, type GatewayError } from './errors.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
+import { classifyUpstreamError } from './upstream-errors.ts';
 import { readUsageFrom } from './usage.ts';
 import { checkHandshake } from './websocket-handshake.ts';
 

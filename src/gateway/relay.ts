@@ -7,7 +7,8 @@ import type { DrainDecision, ForceEndable } from '../lifecycle/lifecycle.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
-import { classifyUpstreamError, errors, GatewayError, type ErrorDialect } from './errors.ts';
+import { errors, GatewayError, type ErrorDialect } from '../api/errors.ts';
+import { classifyUpstreamError } from './upstream-errors.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
 export interface RelayEnvironment {

@@ -2,7 +2,7 @@
 // is done for it: a malformed one is a 4xx here, never an exception from the WebSocket library
 // later (R1) and never an upstream connection opened for nothing.
 import type { IncomingMessage } from 'node:http';
-import { GatewayError } from './errors.ts';
+import { GatewayError } from '../api/errors.ts';
 
 export type HandshakeCheck = { ok: true; protocols: string[] } | { ok: false; error: GatewayError };
 

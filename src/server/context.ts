@@ -5,7 +5,7 @@ import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/lifecycle.ts';
-import type { ErrorDialect } from '../gateway/errors.ts';
+import type { ErrorDialect } from '../api/errors.ts';
 
 export interface Usage {
   prompt: number;

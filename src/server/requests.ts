@@ -9,7 +9,7 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog } from '../telemetry/access-log.ts';
 import { RequestContext, type ExchangeContext } from './context.ts';
 import { sendError, sendJson } from './respond.ts';
-import { errors } from '../gateway/errors.ts';
+import { errors } from '../api/errors.ts';
 import { clientErrorCodes } from './client-error.ts';
 import type { Listener } from './listener.ts';
 

@@ -2,7 +2,7 @@
 // the headers go out, not when the request arrived.
 import type { OutgoingHttpHeaders } from 'node:http';
 import type { DrainDecision } from '../lifecycle/lifecycle.ts';
-import type { GatewayError } from '../gateway/errors.ts';
+import type { GatewayError } from '../api/errors.ts';
 import type { RequestContext } from './context.ts';
 
 export function writeHead(ctx: RequestContext, decision: DrainDecision, status: number, headers: OutgoingHttpHeaders): void {

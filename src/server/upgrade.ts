@@ -5,7 +5,7 @@ import type { Duplex } from 'node:stream';
 import { UpgradeContext } from './context.ts';
 import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
 import type { Listener } from './listener.ts';
-import { errors } from '../gateway/errors.ts';
+import { errors } from '../api/errors.ts';
 
 export interface UpgradeRoute {
   /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
