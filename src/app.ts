@@ -14,7 +14,8 @@ import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
-import type { BoundListener, WorkerGroup } from './cluster/worker-group.ts';
+import type { WorkerGroup } from './cluster/worker-group.ts';
+import type { BoundListener } from './cluster/messages.ts';
 import { mergeGroupInfo, type ProcessInfo } from './cluster/group-info.ts';
 import { describeWaiting } from './lifecycle/progress.ts';
 

@@ -9,7 +9,7 @@ import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
 import { WorkerGroup } from './cluster/worker-group.ts';
-import { runWorker } from './cluster/worker.ts';
+import { runWorker } from './worker.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 

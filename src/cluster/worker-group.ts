@@ -5,14 +5,7 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/lifecycle.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
-
-export interface BoundListener {
-  name: string;
-  role: string;
-  /** host:port as bound. */
-  address: string;
-}
+import { WORKER_SLOT_ENV, isMessage, type BoundListener, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
 export type WorkerState = 'starting' | 'ready' | 'draining' | 'restarting' | 'exited';
 

@@ -1,10 +1,10 @@
 // A worker process of `workers: N`: serves the proxy listeners (shared with the other workers
 // through the supervisor) and follows the supervisor's commands. It ignores signals: a terminal or
 // a service manager signals the whole process group, and the supervisor speaks for it.
-import { withListenersOf } from '../config/schema.ts';
-import { createLoggers, flushLogger } from '../telemetry/logger.ts';
-import { startGateway, type PreparedReload, type RunningGateway } from '../app.ts';
-import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './messages.ts';
+import { withListenersOf } from './config/schema.ts';
+import { createLoggers, flushLogger } from './telemetry/logger.ts';
+import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
+import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 
 function send(message: unknown): void {
   try {
