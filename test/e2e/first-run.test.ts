@@ -300,7 +300,9 @@ describe('drain progress with workers', () => {
         workers: 2,
         providers: [{ name: 'up', type: 'openai', base_url: `${up.url}/v1`, api_key: 'sk-up' }],
         models: [{ name: 'm', provider: 'up' }],
-        shutdown: { min_drain_secs: 1, progress_log_secs: 0.5 },
+        // A window long enough that the worker without the stream is still there when the probes
+        // are counted: the supervisor sums the workers alive at each progress line.
+        shutdown: { min_drain_secs: 3, progress_log_secs: 0.5 },
       },
     });
     const before = up.received.length;
@@ -316,7 +318,7 @@ describe('drain progress with workers', () => {
     const supervisor = (event: string) => (l: LogLine) => l.event === event && l.worker === undefined;
     const started = await gw.waitForLog(supervisor('drain_started'));
     assert.equal(started.in_flight, 1, 'the group holds one stream (the supervisor alone holds none)');
-    assert.deepEqual(started.waiting_for, { window_secs_left: 1, requests: 0, streams: 1, sessions: 0, workers: 2 });
+    assert.deepEqual(started.waiting_for, { window_secs_left: 3, requests: 0, streams: 1, sessions: 0, workers: 2 });
 
     const info = JSON.parse((await httpRequest(`${gw.adminUrl}/server_info`)).body) as { state: string; waiting_for: Record<string, number>; workers: { waiting_for: unknown }[] };
     assert.equal(info.state, 'draining');
@@ -333,7 +335,8 @@ describe('drain progress with workers', () => {
     // A client's connection still gets its line.
     assert.equal((await postJson(`${gw.proxyUrl}/v1/chat/completions`, { model: 'm', messages: [] })).status, 200);
 
-    const progress = await gw.waitForLog((l) => supervisor('drain_progress')(l) && (l.waiting_for as { window_secs_left: number }).window_secs_left === 0 && Number(l.probe_connections) >= 16, 10_000);
+    await gw.waitForLog((l) => supervisor('drain_progress')(l) && Number(l.probe_connections) >= 16, 10_000);
+    const progress = await gw.waitForLog((l) => supervisor('drain_progress')(l) && (l.waiting_for as { window_secs_left: number }).window_secs_left === 0, 10_000);
     assert.equal(progress.in_flight, 1);
     assert.equal(progress.msg, 'still draining: window over; waiting for 0 requests, 1 stream, 0 sessions');
 
