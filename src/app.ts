@@ -2,7 +2,8 @@
 // applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
 // lives in its own module.
 import { parseAddress, withListenersOf, type Config } from './config/schema.ts';
-import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
+import { Lifecycle } from './lifecycle/lifecycle.ts';
+import type { DrainSettings } from './lifecycle/contracts.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics, type MetricsJson } from './telemetry/metrics.ts';

@@ -6,7 +6,8 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { ManualClock } from '../../src/lifecycle/clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
-import { Lifecycle, type DrainSettings } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings } from '../../src/lifecycle/contracts.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;

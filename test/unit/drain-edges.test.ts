@@ -9,7 +9,8 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
-import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings, ForceEndable, LifecycleCommand } from '../../src/lifecycle/contracts.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;

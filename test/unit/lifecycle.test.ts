@@ -7,7 +7,8 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
-import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand, type LifecycleHooks } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings, ForceEndable, LifecycleCommand, LifecycleHooks } from '../../src/lifecycle/contracts.ts';
 import type { TrackedConnection } from '../../src/lifecycle/connections.ts';
 
 /** A socket as far as the lifecycle can tell: it closes (emits 'close') when destroyed. */
