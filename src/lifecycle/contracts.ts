@@ -90,15 +90,15 @@ export interface DrainSettings {
   /** L6: how long a fresh connection is held after the listeners close. */
   freshConnectionGraceSecs: number;
   /** While serving, a connection that sends no request for this long is closed (0 = never). */
-  freshTimeoutSecs?: number;
+  freshTimeoutSecs: number;
   /** Idle multiplexed (HTTP/2) connections are closed after this long (0 = never). */
-  idleTimeoutSecs?: number;
+  idleTimeoutSecs: number;
   /** E1: how responses retire their connections during a drain. */
-  drainStrategy?: DrainStrategy;
-  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way); default false. */
-  resetUpgradedOnProactiveDrain?: boolean;
-  /** E1/E2: the drain time the strategy and the proactive drain are spread over (default: the window). */
-  drainTimeSecs?: number;
+  drainStrategy: DrainStrategy;
+  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way). */
+  resetUpgradedOnProactiveDrain: boolean;
+  /** E1/E2: the drain time the strategy and the proactive drain are spread over (the config's default: the window, min_drain_secs). */
+  drainTimeSecs: number;
   /** E2: a proactively drained connection's own drain timeout. */
-  connectionDrainTimeoutSecs?: number;
+  connectionDrainTimeoutSecs: number;
 }

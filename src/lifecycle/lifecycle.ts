@@ -137,7 +137,7 @@ export class Lifecycle implements DrainDecision {
       exit: plan.exit,
       elapsed_secs: round(this.drainSeconds()),
       drain_time_secs: this.#drainTimeMs() / 1000,
-      strategy: this.#settings.drainStrategy ?? 'immediate',
+      strategy: this.#settings.drainStrategy,
     };
   }
 
@@ -197,8 +197,8 @@ export class Lifecycle implements DrainDecision {
   /** One timer for every connection deadline, instead of a timer per connection. */
   #sweep(): void {
     const now = this.#clock.now();
-    const freshMs = (this.#settings.freshTimeoutSecs ?? 0) * 1000;
-    const idleMs = (this.#settings.idleTimeoutSecs ?? 0) * 1000;
+    const freshMs = this.#settings.freshTimeoutSecs * 1000;
+    const idleMs = this.#settings.idleTimeoutSecs * 1000;
     if (freshMs === 0 && idleMs === 0) return;
     for (const connection of this.connections.all()) {
       if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
@@ -217,7 +217,7 @@ export class Lifecycle implements DrainDecision {
     // Past the window everything goes: L6 serves late requests with `Connection: close`.
     if (this.#state === 'closing' || this.#state === 'exited') return true;
     if (!this.#inPlan(plan, scope)) return false;
-    const probability = closeProbability(this.#settings.drainStrategy ?? 'immediate', this.#clock.now() - plan.startedAt, this.#drainTimeMs());
+    const probability = closeProbability(this.#settings.drainStrategy, this.#clock.now() - plan.startedAt, this.#drainTimeMs());
     return probability >= 1 || this.#random() < probability;
   }
 
@@ -234,7 +234,7 @@ export class Lifecycle implements DrainDecision {
   }
 
   #drainTimeMs(): number {
-    return (this.#settings.drainTimeSecs ?? this.#settings.minDrainSecs) * 1000;
+    return this.#settings.drainTimeSecs * 1000;
   }
 
   connectionAccepted(socket: Socket, listener: string): TrackedConnection {
@@ -323,7 +323,7 @@ export class Lifecycle implements DrainDecision {
         trigger,
         min_drain_secs: windowSecs,
         max_drain_secs: maxDrainSecs,
-        strategy: this.#settings.drainStrategy ?? 'immediate',
+        strategy: this.#settings.drainStrategy,
         inbound_only: inboundOnly,
         exit,
         in_flight: this.#inFlight,
@@ -333,7 +333,7 @@ export class Lifecycle implements DrainDecision {
       },
       'drain started',
     );
-    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+    if (this.#settings.drainStrategy === 'immediate') {
       for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
     }
     if (!graceful) {
@@ -379,7 +379,7 @@ export class Lifecycle implements DrainDecision {
       if (maxDrainSecs > 0) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     }
     this.#log.info({ event: 'drain_widened', trigger, inbound_only: plan.inboundOnly, exit: plan.exit }, 'drain widened');
-    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+    if (this.#settings.drainStrategy === 'immediate') {
       for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
     }
     this.#check();
@@ -392,7 +392,7 @@ export class Lifecycle implements DrainDecision {
    */
   #scheduleProactiveDrain(plan: DrainPlan): void {
     const drainTimeMs = this.#drainTimeMs();
-    const timeoutMs = (this.#settings.connectionDrainTimeoutSecs ?? 5) * 1000;
+    const timeoutMs = this.#settings.connectionDrainTimeoutSecs * 1000;
     if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
     this.#after((drainTimeMs * 2) / 3, () => {
       for (const connection of this.connections.all()) {
