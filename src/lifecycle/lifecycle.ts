@@ -3,8 +3,9 @@
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
-import { closeProbability, proactiveDrainAt, type DrainStrategy } from './drain-policy.ts';
+import { closeProbability, type DrainStrategy } from './drain-policy.ts';
 import { describeWaiting, type WaitingFor } from './progress.ts';
+import { ConnectionRetirement } from './retirement.ts';
 import type { DrainDecision, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerScope } from './contracts.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
@@ -17,11 +18,9 @@ interface DrainPlan {
   exit: boolean;
 }
 
-/** How often connection deadlines (fresh and idle timeouts) are checked. */
-const SWEEP_MS = 500;
-
 export class Lifecycle implements DrainDecision {
   readonly connections: ConnectionTracker;
+  readonly #retirement: ConnectionRetirement;
   #state: LifecycleState = 'starting';
   #inFlight = 0;
   /** Work outside this process that the drain waits for (worker processes). */
@@ -69,6 +68,13 @@ export class Lifecycle implements DrainDecision {
       },
       () => options.clock.now(),
     );
+    this.#retirement = new ConnectionRetirement({
+      clock: options.clock,
+      connections: this.connections,
+      settings: () => this.#settings,
+      random: this.#random,
+      after: (ms, fn) => this.#after(ms, fn),
+    });
   }
 
   /** Resolves with the exit code once a drain that exits has finished, whatever started it. */
@@ -183,7 +189,7 @@ export class Lifecycle implements DrainDecision {
   markServing(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'serving';
-    this.#timers.add(this.#clock.every(SWEEP_MS, () => this.#sweep()));
+    this.#timers.add(this.#retirement.startSweep());
   }
 
   #after(ms: number, fn: () => void): void {
@@ -192,21 +198,6 @@ export class Lifecycle implements DrainDecision {
       fn();
     });
     this.#timers.add(timer);
-  }
-
-  /** One timer for every connection deadline, instead of a timer per connection. */
-  #sweep(): void {
-    const now = this.#clock.now();
-    const freshMs = this.#settings.freshTimeoutSecs * 1000;
-    const idleMs = this.#settings.idleTimeoutSecs * 1000;
-    if (freshMs === 0 && idleMs === 0) return;
-    for (const connection of this.connections.all()) {
-      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
-        this.connections.destroy(connection, 'fresh_timeout');
-      } else if (idleMs > 0 && connection.state === 'idle' && connection.gracefulClose && now - connection.idleSince >= idleMs) {
-        this.connections.end(connection, 'idle_timeout');
-      }
-    }
   }
 
   shouldRetire(listener?: string): boolean {
@@ -362,7 +353,7 @@ export class Lifecycle implements DrainDecision {
       this.#windowElapsed = true;
       this.#check();
     });
-    if (graceful) this.#scheduleProactiveDrain(plan);
+    if (graceful) this.#retirement.scheduleProactiveDrain(plan.startedAt, this.#drainTimeMs(), (listener) => this.#inPlan(plan, this.#scopes.get(listener)));
     if (maxDrainSecs > 0 && exit) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     this.#check();
     return this.#done;
@@ -385,53 +376,9 @@ export class Lifecycle implements DrainDecision {
     this.#check();
   }
 
-  /**
-   * E2: at two thirds of the drain time, every connection not yet draining gets a random moment in
-   * the last third at which it is told to go, early enough for its own drain timeout to elapse
-   * before the drain ends.
-   */
-  #scheduleProactiveDrain(plan: DrainPlan): void {
-    const drainTimeMs = this.#drainTimeMs();
-    const timeoutMs = this.#settings.connectionDrainTimeoutSecs * 1000;
-    if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
-    this.#after((drainTimeMs * 2) / 3, () => {
-      for (const connection of this.connections.all()) {
-        if (connection.retiring || !this.#inPlan(plan, this.#scopes.get(connection.listener))) continue;
-        const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - plan.startedAt, this.#random);
-        if (at === undefined) continue;
-        const delay = Math.max(0, plan.startedAt + at - this.#clock.now());
-        this.#after(delay, () => this.#drainProactively(connection, timeoutMs));
-      }
-    });
-  }
-
-  #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
-    if (connection.state === 'upgraded') {
-      // E3: an upgraded stream cannot be told to go away. It is in flight like any request and
-      // finishes (L7), unless the operator chose Envoy's way and has it reset at once.
-      if (this.#settings.resetUpgradedOnProactiveDrain && !connection.socket.destroyed) {
-        connection.retiring = true;
-        this.connections.destroy(connection, 'proactive_drain_reset');
-      }
-      return;
-    }
-    this.retireConnection(connection, timeoutMs, 'proactive_drain');
-  }
-
-  /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets its
-   * GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
-   * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
-   * process or the listener is going away). Upgraded sessions are left to finish.
-   */
+  /** Tells one connection to go (E2, E6): see ConnectionRetirement.retire. */
   retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
-    if (connection.retiring || connection.socket.destroyed) return;
-    connection.retiring = true;
-    connection.retire?.();
-    if (!closeIdle) return;
-    this.#after(timeoutMs, () => {
-      if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);
-    });
+    this.#retirement.retire(connection, timeoutMs, reason, closeIdle);
   }
 
   /** L8: ends the drain now. In-flight streams get an explicit error event; the exit code is 1. */
