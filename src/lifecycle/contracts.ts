@@ -1,5 +1,7 @@
 // What server/, gateway/, admin/ and cluster/ know of the lifecycle: interfaces only, so that they
 // depend on the contract and not on the class that keeps it (lifecycle.ts).
+import type { Socket } from 'node:net';
+import type { ConnectionTracker, TrackedConnection } from './connections.ts';
 import type { DrainStrategy } from './drain-policy.ts';
 import type { WaitingFor } from './progress.ts';
 
@@ -101,4 +103,41 @@ export interface DrainSettings {
   drainTimeSecs: number;
   /** E2: a proactively drained connection's own drain timeout. */
   connectionDrainTimeoutSecs: number;
+}
+
+/** What the admin API reports about the drain in progress. */
+export interface DrainInfo {
+  trigger: string;
+  graceful: boolean;
+  inbound_only: boolean;
+  exit: boolean;
+  elapsed_secs: number;
+  drain_time_secs: number;
+  strategy: DrainStrategy;
+}
+
+/** What a listener asks of the lifecycle: admission, the connection table, retirement (E5, E6). */
+export interface ListenerLifecycle extends DrainDecision {
+  readonly connections: ConnectionTracker;
+  /** Tracks an accepted socket; closes it and returns undefined past `max_connections`. */
+  admitConnection(socket: Socket, listener: string): TrackedConnection | undefined;
+  /** Tells one connection to go (E2, E6). */
+  retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle?: boolean): void;
+}
+
+/** What request and upgrade entry ask of the lifecycle: in-flight accounting (L10), forced ends (L8). */
+export interface RequestLifecycle extends DrainDecision {
+  readonly connections: ConnectionTracker;
+  readonly draining: boolean;
+  requestStarted(connection: TrackedConnection | undefined, probe?: boolean): void;
+  requestFinished(connection: TrackedConnection | undefined): void;
+  trackForceEndable(stream: ForceEndable): () => void;
+}
+
+/** What the admin routes ask of the lifecycle: drains and the health-check override (E4). */
+export interface AdminLifecycle extends DrainDecision {
+  drain(trigger: string, options?: DrainOptions): Promise<number>;
+  drainInfo(): DrainInfo | undefined;
+  failHealthCheck(): boolean;
+  restoreHealthCheck(): boolean;
 }

@@ -3,10 +3,10 @@
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
-import { closeProbability, type DrainStrategy } from './drain-policy.ts';
+import { closeProbability } from './drain-policy.ts';
 import { describeWaiting, type WaitingFor } from './progress.ts';
 import { ConnectionRetirement } from './retirement.ts';
-import type { DrainDecision, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerScope } from './contracts.ts';
+import type { AdminLifecycle, DrainInfo, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerLifecycle, ListenerScope, RequestLifecycle } from './contracts.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
 
@@ -18,7 +18,7 @@ interface DrainPlan {
   exit: boolean;
 }
 
-export class Lifecycle implements DrainDecision {
+export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLifecycle {
   readonly connections: ConnectionTracker;
   readonly #retirement: ConnectionRetirement;
   #state: LifecycleState = 'starting';
@@ -133,7 +133,7 @@ export class Lifecycle implements DrainDecision {
   }
 
   /** What the admin API reports about the drain in progress, if any. */
-  drainInfo(): { trigger: string; graceful: boolean; inbound_only: boolean; exit: boolean; elapsed_secs: number; drain_time_secs: number; strategy: DrainStrategy } | undefined {
+  drainInfo(): DrainInfo | undefined {
     const plan = this.#plan;
     if (!plan) return undefined;
     return {
