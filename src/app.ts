@@ -2,7 +2,8 @@
 // applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
 // lives in its own module.
 import { parseAddress, withListenersOf, type Config } from './config/schema.ts';
-import { Lifecycle, type DrainSettings } from './lifecycle/lifecycle.ts';
+import { Lifecycle } from './lifecycle/lifecycle.ts';
+import type { DrainSettings } from './lifecycle/contracts.ts';
 import { systemClock } from './lifecycle/clock.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics, type MetricsJson } from './telemetry/metrics.ts';
@@ -65,6 +66,7 @@ export interface GatewayOptions {
 /** How long a supervisor waits for its workers to exit once its own drain is over, before killing them. */
 const WORKER_EXIT_GRACE_MS = 5000;
 
+/** The lifecycle's settings, every field filled: the schema's defaults, and the drain time defaults to the window (applied here once, not in the lifecycle). */
 function drainSettings(config: Config): DrainSettings {
   return {
     minDrainSecs: config.shutdown.min_drain_secs,
@@ -74,7 +76,7 @@ function drainSettings(config: Config): DrainSettings {
     freshTimeoutSecs: config.downstream.headers_timeout_secs,
     idleTimeoutSecs: config.downstream.idle_timeout_secs,
     drainStrategy: config.shutdown.drain_strategy,
-    drainTimeSecs: config.shutdown.drain_time_secs,
+    drainTimeSecs: config.shutdown.drain_time_secs ?? config.shutdown.min_drain_secs,
     resetUpgradedOnProactiveDrain: config.shutdown.reset_upgraded_on_proactive_drain,
     connectionDrainTimeoutSecs: config.downstream.drain_timeout_secs,
   };

@@ -5,14 +5,14 @@ import { createHash, timingSafeEqual } from 'node:crypto';
 import type { RouteTable } from '../server/requests.ts';
 import type { RequestContext } from '../server/context.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
-import type { Lifecycle } from '../lifecycle/lifecycle.ts';
+import type { AdminLifecycle } from '../lifecycle/contracts.ts';
 import { sendError, sendJson, writeHead } from '../server/respond.ts';
 import { GatewayError, errors } from '../api/errors.ts';
 import { ADMIN_ROUTES, openApiDocument, type AdminRoute } from './openapi.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
-  readonly lifecycle: Lifecycle;
+  readonly lifecycle: AdminLifecycle;
   readonly version: string;
   /** The admin token, if any (compared as SHA-256 digests in constant time). */
   readonly token: string | undefined;

@@ -1,7 +1,7 @@
 // What the supervisor and its worker processes say to each other over the cluster IPC channel
 // (structured clone, so a Config crosses as it is).
 import type { Config } from '../config/schema.ts';
-import type { LifecycleCommand } from '../lifecycle/lifecycle.ts';
+import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 
 /** Where a listener listens, as bound (the port chosen when 0 was asked). */
 export interface BoundListener {

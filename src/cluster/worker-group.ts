@@ -3,7 +3,7 @@
 // the group, and holds the supervisor's drain open while any worker lives.
 import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
-import type { LifecycleCommand } from '../lifecycle/lifecycle.ts';
+import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import { WORKER_SLOT_ENV, isMessage, type BoundListener, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 

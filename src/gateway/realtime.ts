@@ -4,7 +4,7 @@
 // the subprotocol the provider chose. Frames are relayed both ways; `response.done` usage is
 // summed per session. The session stays in flight until both sockets have closed (L7).
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
-import type { ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { UpgradeContext } from '../server/context.ts';
 import { rejectUpgrade, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';

@@ -3,7 +3,7 @@
 // undici DispatchHandler so HTTP and local providers share it.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { DispatchController, ResponseHandler } from '../providers/types.ts';
-import type { DrainDecision, ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { DrainDecision, ForceEndable } from '../lifecycle/contracts.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';

@@ -3,44 +3,12 @@
 import type { Socket } from 'node:net';
 import { systemRandom, type Clock, type TimerHandle } from './clock.ts';
 import { ConnectionTracker, type TrackedConnection } from './connections.ts';
-import { closeProbability, proactiveDrainAt, type DrainStrategy } from './drain-policy.ts';
+import { closeProbability } from './drain-policy.ts';
 import { describeWaiting, type WaitingFor } from './progress.ts';
+import { ConnectionRetirement } from './retirement.ts';
+import type { AdminLifecycle, DrainInfo, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerLifecycle, ListenerScope, RequestLifecycle } from './contracts.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
-
-/** What a listener or handler may ask of the lifecycle: the read side of the drain. */
-export interface DrainDecision {
-  /**
-   * L3/E1: must a response whose headers are written now on `listener` close its connection?
-   * Immediate drains always say yes; gradual ones with a probability rising over the drain.
-   */
-  shouldRetire(listener?: string): boolean;
-  /**
-   * Called when an immediate drain begins for `listener` (HTTP/2 sessions get their
-   * GOAWAY). Returns an unsubscribe.
-   */
-  onRetire(listener: string, callback: () => void): () => void;
-}
-
-/** E5: how a listener takes part in drains. */
-export interface ListenerScope {
-  /** `modify_only` listeners are retired only when changed or removed, not by a process drain or health-check fail; a drain that exits still closes them at its end. */
-  drainType: 'default' | 'modify_only';
-  direction: 'inbound' | 'outbound';
-  /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */
-  admin?: boolean;
-}
-
-export interface DrainOptions {
-  /** Keep accepting for the window (true), or stop accepting at once (false). Default true. */
-  graceful?: boolean;
-  /** Only listeners whose direction is inbound (E4 `inboundonly`). */
-  inboundOnly?: boolean;
-  /** Exit once drained (default). False: readiness stays 503, the process stays (E4 `skip_exit`). */
-  exit?: boolean;
-  /** The window; defaults to min_drain_secs (signals) - the admin API passes the drain time. */
-  windowSecs?: number;
-}
 
 interface DrainPlan {
   trigger: string;
@@ -50,77 +18,9 @@ interface DrainPlan {
   exit: boolean;
 }
 
-/** Something in flight that can be ended with an explicit error when the drain is forced (L8). */
-export interface ForceEndable {
-  forceEnd(reason: string): void;
-  /** What it is, for `waiting_for` (O1): counted only when given. */
-  kind?(): 'request' | 'stream' | 'session';
-}
-
-/** The fields of a `drain_started` or `drain_progress` line. */
-export interface DrainReport {
-  event: 'drain_started' | 'drain_progress';
-  in_flight: number;
-  open_connections: number;
-  waiting_for: WaitingFor;
-  /** Connections accepted during the drain whose first request was a health probe (not logged one by one). */
-  probe_connections: number;
-  [field: string]: unknown;
-}
-
-export interface LifecycleLog {
-  info(fields: object, message: string): void;
-  warn(fields: object, message: string): void;
-}
-
-/** A command given to the lifecycle, as other processes must hear it (workers follow their supervisor). */
-export type LifecycleCommand =
-  | { kind: 'drain'; trigger: string; options: DrainOptions }
-  | { kind: 'force'; reason: string }
-  | { kind: 'healthcheck'; failed: boolean };
-
-export interface LifecycleHooks {
-  /** Stops accepting new connections on the listeners `include` selects, or all (existing ones stay). */
-  stopAccepting(include?: (listener: string) => boolean): void;
-  /**
-   * Final work before exit (L9): close upstream pools, flush logs. `forced` (L8): nothing may be
-   * waited for; requests still in progress upstream are aborted.
-   */
-  shutdown(forced: boolean): Promise<void>;
-  /** Told of every drain, force and health-check change as it is given here. */
-  commanded?(command: LifecycleCommand): void;
-  /**
-   * Writes a drain_started / drain_progress line (default: logged as it is). A supervisor adds its
-   * workers' numbers first.
-   */
-  reportDrain?(report: DrainReport, message: string): void;
-}
-
-export interface DrainSettings {
-  minDrainSecs: number;
-  maxDrainSecs: number;
-  progressLogSecs: number;
-  /** L6: how long a fresh connection is held after the listeners close. */
-  freshConnectionGraceSecs: number;
-  /** While serving, a connection that sends no request for this long is closed (0 = never). */
-  freshTimeoutSecs?: number;
-  /** Idle multiplexed (HTTP/2) connections are closed after this long (0 = never). */
-  idleTimeoutSecs?: number;
-  /** E1: how responses retire their connections during a drain. */
-  drainStrategy?: DrainStrategy;
-  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way); default false. */
-  resetUpgradedOnProactiveDrain?: boolean;
-  /** E1/E2: the drain time the strategy and the proactive drain are spread over (default: the window). */
-  drainTimeSecs?: number;
-  /** E2: a proactively drained connection's own drain timeout. */
-  connectionDrainTimeoutSecs?: number;
-}
-
-/** How often connection deadlines (fresh and idle timeouts) are checked. */
-const SWEEP_MS = 500;
-
-export class Lifecycle implements DrainDecision {
+export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLifecycle {
   readonly connections: ConnectionTracker;
+  readonly #retirement: ConnectionRetirement;
   #state: LifecycleState = 'starting';
   #inFlight = 0;
   /** Work outside this process that the drain waits for (worker processes). */
@@ -168,6 +68,13 @@ export class Lifecycle implements DrainDecision {
       },
       () => options.clock.now(),
     );
+    this.#retirement = new ConnectionRetirement({
+      clock: options.clock,
+      connections: this.connections,
+      settings: () => this.#settings,
+      random: this.#random,
+      after: (ms, fn) => this.#after(ms, fn),
+    });
   }
 
   /** Resolves with the exit code once a drain that exits has finished, whatever started it. */
@@ -226,7 +133,7 @@ export class Lifecycle implements DrainDecision {
   }
 
   /** What the admin API reports about the drain in progress, if any. */
-  drainInfo(): { trigger: string; graceful: boolean; inbound_only: boolean; exit: boolean; elapsed_secs: number; drain_time_secs: number; strategy: DrainStrategy } | undefined {
+  drainInfo(): DrainInfo | undefined {
     const plan = this.#plan;
     if (!plan) return undefined;
     return {
@@ -236,7 +143,7 @@ export class Lifecycle implements DrainDecision {
       exit: plan.exit,
       elapsed_secs: round(this.drainSeconds()),
       drain_time_secs: this.#drainTimeMs() / 1000,
-      strategy: this.#settings.drainStrategy ?? 'immediate',
+      strategy: this.#settings.drainStrategy,
     };
   }
 
@@ -282,7 +189,7 @@ export class Lifecycle implements DrainDecision {
   markServing(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'serving';
-    this.#timers.add(this.#clock.every(SWEEP_MS, () => this.#sweep()));
+    this.#timers.add(this.#retirement.startSweep());
   }
 
   #after(ms: number, fn: () => void): void {
@@ -293,21 +200,6 @@ export class Lifecycle implements DrainDecision {
     this.#timers.add(timer);
   }
 
-  /** One timer for every connection deadline, instead of a timer per connection. */
-  #sweep(): void {
-    const now = this.#clock.now();
-    const freshMs = (this.#settings.freshTimeoutSecs ?? 0) * 1000;
-    const idleMs = (this.#settings.idleTimeoutSecs ?? 0) * 1000;
-    if (freshMs === 0 && idleMs === 0) return;
-    for (const connection of this.connections.all()) {
-      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
-        this.connections.destroy(connection, 'fresh_timeout');
-      } else if (idleMs > 0 && connection.state === 'idle' && connection.gracefulClose && now - connection.idleSince >= idleMs) {
-        this.connections.end(connection, 'idle_timeout');
-      }
-    }
-  }
-
   shouldRetire(listener?: string): boolean {
     const scope = listener === undefined ? undefined : this.#scopes.get(listener);
     if (this.#healthFailed && scope?.drainType !== 'modify_only') return true;
@@ -316,7 +208,7 @@ export class Lifecycle implements DrainDecision {
     // Past the window everything goes: L6 serves late requests with `Connection: close`.
     if (this.#state === 'closing' || this.#state === 'exited') return true;
     if (!this.#inPlan(plan, scope)) return false;
-    const probability = closeProbability(this.#settings.drainStrategy ?? 'immediate', this.#clock.now() - plan.startedAt, this.#drainTimeMs());
+    const probability = closeProbability(this.#settings.drainStrategy, this.#clock.now() - plan.startedAt, this.#drainTimeMs());
     return probability >= 1 || this.#random() < probability;
   }
 
@@ -333,7 +225,7 @@ export class Lifecycle implements DrainDecision {
   }
 
   #drainTimeMs(): number {
-    return (this.#settings.drainTimeSecs ?? this.#settings.minDrainSecs) * 1000;
+    return this.#settings.drainTimeSecs * 1000;
   }
 
   connectionAccepted(socket: Socket, listener: string): TrackedConnection {
@@ -422,7 +314,7 @@ export class Lifecycle implements DrainDecision {
         trigger,
         min_drain_secs: windowSecs,
         max_drain_secs: maxDrainSecs,
-        strategy: this.#settings.drainStrategy ?? 'immediate',
+        strategy: this.#settings.drainStrategy,
         inbound_only: inboundOnly,
         exit,
         in_flight: this.#inFlight,
@@ -432,7 +324,7 @@ export class Lifecycle implements DrainDecision {
       },
       'drain started',
     );
-    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+    if (this.#settings.drainStrategy === 'immediate') {
       for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
     }
     if (!graceful) {
@@ -461,7 +353,7 @@ export class Lifecycle implements DrainDecision {
       this.#windowElapsed = true;
       this.#check();
     });
-    if (graceful) this.#scheduleProactiveDrain(plan);
+    if (graceful) this.#retirement.scheduleProactiveDrain(plan.startedAt, this.#drainTimeMs(), (listener) => this.#inPlan(plan, this.#scopes.get(listener)));
     if (maxDrainSecs > 0 && exit) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     this.#check();
     return this.#done;
@@ -478,59 +370,15 @@ export class Lifecycle implements DrainDecision {
       if (maxDrainSecs > 0) this.#after(maxDrainSecs * 1000, () => this.force('max_drain_secs'));
     }
     this.#log.info({ event: 'drain_widened', trigger, inbound_only: plan.inboundOnly, exit: plan.exit }, 'drain widened');
-    if ((this.#settings.drainStrategy ?? 'immediate') === 'immediate') {
+    if (this.#settings.drainStrategy === 'immediate') {
       for (const { listener, callback } of this.#retireCallbacks) if (this.#inPlan(plan, this.#scopes.get(listener))) callback();
     }
     this.#check();
   }
 
-  /**
-   * E2: at two thirds of the drain time, every connection not yet draining gets a random moment in
-   * the last third at which it is told to go, early enough for its own drain timeout to elapse
-   * before the drain ends.
-   */
-  #scheduleProactiveDrain(plan: DrainPlan): void {
-    const drainTimeMs = this.#drainTimeMs();
-    const timeoutMs = (this.#settings.connectionDrainTimeoutSecs ?? 5) * 1000;
-    if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
-    this.#after((drainTimeMs * 2) / 3, () => {
-      for (const connection of this.connections.all()) {
-        if (connection.retiring || !this.#inPlan(plan, this.#scopes.get(connection.listener))) continue;
-        const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - plan.startedAt, this.#random);
-        if (at === undefined) continue;
-        const delay = Math.max(0, plan.startedAt + at - this.#clock.now());
-        this.#after(delay, () => this.#drainProactively(connection, timeoutMs));
-      }
-    });
-  }
-
-  #drainProactively(connection: TrackedConnection, timeoutMs: number): void {
-    if (connection.state === 'upgraded') {
-      // E3: an upgraded stream cannot be told to go away. It is in flight like any request and
-      // finishes (L7), unless the operator chose Envoy's way and has it reset at once.
-      if (this.#settings.resetUpgradedOnProactiveDrain && !connection.socket.destroyed) {
-        connection.retiring = true;
-        this.connections.destroy(connection, 'proactive_drain_reset');
-      }
-      return;
-    }
-    this.retireConnection(connection, timeoutMs, 'proactive_drain');
-  }
-
-  /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets its
-   * GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
-   * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
-   * process or the listener is going away). Upgraded sessions are left to finish.
-   */
+  /** Tells one connection to go (E2, E6): see ConnectionRetirement.retire. */
   retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
-    if (connection.retiring || connection.socket.destroyed) return;
-    connection.retiring = true;
-    connection.retire?.();
-    if (!closeIdle) return;
-    this.#after(timeoutMs, () => {
-      if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.connections.end(connection, reason);
-    });
+    this.#retirement.retire(connection, timeoutMs, reason, closeIdle);
   }
 
   /** L8: ends the drain now. In-flight streams get an explicit error event; the exit code is 1. */

@@ -4,7 +4,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
-import type { ForceEndable } from '../lifecycle/lifecycle.ts';
+import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { ErrorDialect } from '../api/errors.ts';
 
 export interface Usage {

@@ -16,7 +16,7 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Duplex } from 'node:stream';
 import type { DownstreamConfig, ListenerConfig, Protocol, TlsConfig } from '../config/schema.ts';
 import { listenerProtocols, parseAddress } from '../config/schema.ts';
-import type { Lifecycle } from '../lifecycle/lifecycle.ts';
+import type { ListenerLifecycle } from '../lifecycle/contracts.ts';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
@@ -120,7 +120,7 @@ export class Listener {
   readonly configuredAddress: string;
   readonly tls: boolean;
   readonly #acceptor: NetServer | TlsServer;
-  readonly #lifecycle: Lifecycle;
+  readonly #lifecycle: ListenerLifecycle;
   readonly #log: ListenerLog;
   readonly #handlers: ListenerHandlers;
   /** The generation each connection was accepted by. */
@@ -136,7 +136,7 @@ export class Listener {
   #held: Socket[] | undefined;
   #discarded = false;
 
-  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: Lifecycle, log: ListenerLog, handlers: ListenerHandlers) {
+  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: ListenerLifecycle, log: ListenerLog, handlers: ListenerHandlers) {
     this.name = config.name;
     this.role = config.role;
     this.configuredAddress = config.address;

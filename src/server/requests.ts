@@ -3,7 +3,7 @@
 // and the hand-off to the proxy or admin routes.
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Logger } from 'pino';
-import type { Lifecycle } from '../lifecycle/lifecycle.ts';
+import type { RequestLifecycle } from '../lifecycle/contracts.ts';
 import { liveness, readiness, type HealthCheck } from '../lifecycle/health.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog } from '../telemetry/access-log.ts';
@@ -20,7 +20,7 @@ export interface RouteTable {
 }
 
 export interface RequestServices {
-  readonly lifecycle: Lifecycle;
+  readonly lifecycle: RequestLifecycle;
   readonly metrics: Metrics;
   readonly accessLog: AccessLog;
   readonly logger: Logger;

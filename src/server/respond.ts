@@ -1,7 +1,7 @@
 // The one place where response heads are written, so that the drain decision (L3) is taken when
 // the headers go out, not when the request arrived.
 import type { OutgoingHttpHeaders } from 'node:http';
-import type { DrainDecision } from '../lifecycle/lifecycle.ts';
+import type { DrainDecision } from '../lifecycle/contracts.ts';
 import type { GatewayError } from '../api/errors.ts';
 import type { RequestContext } from './context.ts';
 

@@ -6,7 +6,9 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { ManualClock } from '../../src/lifecycle/clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
-import { Lifecycle, type DrainSettings } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings } from '../../src/lifecycle/contracts.ts';
+import { drainSettings } from '../support/drain-settings.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;
@@ -44,7 +46,7 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
       },
       shutdown: async () => {},
     },
-    settings: { minDrainSecs: 30, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10, ...settings },
+    settings: drainSettings(settings),
   });
   lifecycle.registerListener('proxy', { drainType: 'default', direction: 'inbound' });
   lifecycle.registerListener('egress', { drainType: 'modify_only', direction: 'outbound' });

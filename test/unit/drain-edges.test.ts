@@ -9,7 +9,9 @@ import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
-import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings, ForceEndable, LifecycleCommand } from '../../src/lifecycle/contracts.ts';
+import { drainSettings } from '../support/drain-settings.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;
@@ -80,7 +82,7 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
       },
       commanded: (command) => commands.push(command),
     },
-    settings: { minDrainSecs: 30, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10, ...settings },
+    settings: drainSettings(settings),
   });
   lifecycle.registerListener('proxy', { drainType: 'default', direction: 'inbound' });
   lifecycle.registerListener('egress', { drainType: 'modify_only', direction: 'outbound' });
@@ -359,7 +361,7 @@ describe('E4 drain controls: listeners, widening, health check', () => {
 
   test('E6: updateSettings applies to the next drain', () => {
     const t = setup({ minDrainSecs: 30 });
-    t.lifecycle.updateSettings({ minDrainSecs: 2, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10 });
+    t.lifecycle.updateSettings(drainSettings({ minDrainSecs: 2 }));
     void t.lifecycle.drain('SIGTERM');
     t.advanceSecs(2);
     assert.equal(t.lifecycle.state, 'exited');
@@ -523,7 +525,7 @@ describe('L10 connection tracking and the limit', () => {
       clock: new ManualClock(),
       log: { info() {}, warn() {} },
       hooks: { stopAccepting() {}, shutdown: async () => {} },
-      settings: { minDrainSecs: 0, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10 },
+      settings: drainSettings({ minDrainSecs: 0 }),
     });
     lifecycle.connections.limit = 1;
     assert.ok(lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'));

@@ -7,7 +7,9 @@ import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
-import { Lifecycle, type DrainSettings, type ForceEndable, type LifecycleCommand, type LifecycleHooks } from '../../src/lifecycle/lifecycle.ts';
+import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import type { DrainSettings, ForceEndable, LifecycleCommand, LifecycleHooks } from '../../src/lifecycle/contracts.ts';
+import { drainSettings } from '../support/drain-settings.ts';
 import type { TrackedConnection } from '../../src/lifecycle/connections.ts';
 
 /** A socket as far as the lifecycle can tell: it closes (emits 'close') when destroyed. */
@@ -142,7 +144,7 @@ function setup(
     clock: bound(clock),
     log: { info: record('info'), warn: record('warn') },
     hooks,
-    settings: { minDrainSecs: 30, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10, ...settings },
+    settings: drainSettings(settings),
   });
   if (options.serving !== false) lifecycle.markServing();
 
@@ -206,7 +208,7 @@ describe('clock', () => {
         clock,
         log: { info() {}, warn() {} },
         hooks: { stopAccepting() {}, shutdown: async () => {} },
-        settings: { minDrainSecs: 1, maxDrainSecs: 0, progressLogSecs: 5, freshConnectionGraceSecs: 10 },
+        settings: drainSettings({ minDrainSecs: 1 }),
       });
       clock.advance(1234);
       const connection = lifecycle.connectionAccepted(new FakeSocket(1) as unknown as Socket, 'proxy');

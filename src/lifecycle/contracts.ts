@@ -1,0 +1,143 @@
+// What server/, gateway/, admin/ and cluster/ know of the lifecycle: interfaces only, so that they
+// depend on the contract and not on the class that keeps it (lifecycle.ts).
+import type { Socket } from 'node:net';
+import type { ConnectionTracker, TrackedConnection } from './connections.ts';
+import type { DrainStrategy } from './drain-policy.ts';
+import type { WaitingFor } from './progress.ts';
+
+/** What a listener or handler may ask of the lifecycle: the read side of the drain. */
+export interface DrainDecision {
+  /**
+   * L3/E1: must a response whose headers are written now on `listener` close its connection?
+   * Immediate drains always say yes; gradual ones with a probability rising over the drain.
+   */
+  shouldRetire(listener?: string): boolean;
+  /**
+   * Called when an immediate drain begins for `listener` (HTTP/2 sessions get their
+   * GOAWAY). Returns an unsubscribe.
+   */
+  onRetire(listener: string, callback: () => void): () => void;
+}
+
+/** E5: how a listener takes part in drains. */
+export interface ListenerScope {
+  /** `modify_only` listeners are retired only when changed or removed, not by a process drain or health-check fail; a drain that exits still closes them at its end. */
+  drainType: 'default' | 'modify_only';
+  direction: 'inbound' | 'outbound';
+  /** Admin listeners stay open through drains that do not exit, so the operator keeps control. */
+  admin?: boolean;
+}
+
+export interface DrainOptions {
+  /** Keep accepting for the window (true), or stop accepting at once (false). Default true. */
+  graceful?: boolean;
+  /** Only listeners whose direction is inbound (E4 `inboundonly`). */
+  inboundOnly?: boolean;
+  /** Exit once drained (default). False: readiness stays 503, the process stays (E4 `skip_exit`). */
+  exit?: boolean;
+  /** The window; defaults to min_drain_secs (signals) - the admin API passes the drain time. */
+  windowSecs?: number;
+}
+
+/** Something in flight that can be ended with an explicit error when the drain is forced (L8). */
+export interface ForceEndable {
+  forceEnd(reason: string): void;
+  /** What it is, for `waiting_for` (O1): counted only when given. */
+  kind?(): 'request' | 'stream' | 'session';
+}
+
+/** The fields of a `drain_started` or `drain_progress` line. */
+export interface DrainReport {
+  event: 'drain_started' | 'drain_progress';
+  in_flight: number;
+  open_connections: number;
+  waiting_for: WaitingFor;
+  /** Connections accepted during the drain whose first request was a health probe (not logged one by one). */
+  probe_connections: number;
+  [field: string]: unknown;
+}
+
+export interface LifecycleLog {
+  info(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+}
+
+/** A command given to the lifecycle, as other processes must hear it (workers follow their supervisor). */
+export type LifecycleCommand =
+  | { kind: 'drain'; trigger: string; options: DrainOptions }
+  | { kind: 'force'; reason: string }
+  | { kind: 'healthcheck'; failed: boolean };
+
+export interface LifecycleHooks {
+  /** Stops accepting new connections on the listeners `include` selects, or all (existing ones stay). */
+  stopAccepting(include?: (listener: string) => boolean): void;
+  /**
+   * Final work before exit (L9): close upstream pools, flush logs. `forced` (L8): nothing may be
+   * waited for; requests still in progress upstream are aborted.
+   */
+  shutdown(forced: boolean): Promise<void>;
+  /** Told of every drain, force and health-check change as it is given here. */
+  commanded?(command: LifecycleCommand): void;
+  /**
+   * Writes a drain_started / drain_progress line (default: logged as it is). A supervisor adds its
+   * workers' numbers first.
+   */
+  reportDrain?(report: DrainReport, message: string): void;
+}
+
+export interface DrainSettings {
+  minDrainSecs: number;
+  maxDrainSecs: number;
+  progressLogSecs: number;
+  /** L6: how long a fresh connection is held after the listeners close. */
+  freshConnectionGraceSecs: number;
+  /** While serving, a connection that sends no request for this long is closed (0 = never). */
+  freshTimeoutSecs: number;
+  /** Idle multiplexed (HTTP/2) connections are closed after this long (0 = never). */
+  idleTimeoutSecs: number;
+  /** E1: how responses retire their connections during a drain. */
+  drainStrategy: DrainStrategy;
+  /** E3: the proactive drain resets upgraded (WebSocket) connections (Envoy's way). */
+  resetUpgradedOnProactiveDrain: boolean;
+  /** E1/E2: the drain time the strategy and the proactive drain are spread over (the config's default: the window, min_drain_secs). */
+  drainTimeSecs: number;
+  /** E2: a proactively drained connection's own drain timeout. */
+  connectionDrainTimeoutSecs: number;
+}
+
+/** What the admin API reports about the drain in progress. */
+export interface DrainInfo {
+  trigger: string;
+  graceful: boolean;
+  inbound_only: boolean;
+  exit: boolean;
+  elapsed_secs: number;
+  drain_time_secs: number;
+  strategy: DrainStrategy;
+}
+
+/** What a listener asks of the lifecycle: admission, the connection table, retirement (E5, E6). */
+export interface ListenerLifecycle extends DrainDecision {
+  readonly connections: ConnectionTracker;
+  /** Tracks an accepted socket; closes it and returns undefined past `max_connections`. */
+  admitConnection(socket: Socket, listener: string): TrackedConnection | undefined;
+  /** Tells one connection to go (E2, E6). */
+  retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle?: boolean): void;
+}
+
+/** What request and upgrade entry ask of the lifecycle: in-flight accounting (L10), forced ends (L8). */
+export interface RequestLifecycle extends DrainDecision {
+  readonly connections: ConnectionTracker;
+  readonly draining: boolean;
+  requestStarted(connection: TrackedConnection | undefined, probe?: boolean): void;
+  requestFinished(connection: TrackedConnection | undefined): void;
+  trackForceEndable(stream: ForceEndable): () => void;
+}
+
+/** What the admin routes ask of the lifecycle: drains and the health-check override (E4). */
+export interface AdminLifecycle extends DrainDecision {
+  drain(trigger: string, options?: DrainOptions): Promise<number>;
+  drainInfo(): DrainInfo | undefined;
+  failHealthCheck(): boolean;
+  restoreHealthCheck(): boolean;
+}
