@@ -1,7 +1,7 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
 // applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
 // lives in its own module.
-import { parseAddress, withListenersOf, type Config } from './config/schema.ts';
+import { parseAddress, type Config } from './config/schema.ts';
 import { Lifecycle } from './lifecycle/lifecycle.ts';
 import type { DrainSettings } from './lifecycle/contracts.ts';
 import { systemClock } from './lifecycle/clock.ts';
@@ -15,10 +15,9 @@ import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
-import type { WorkerGroup } from './cluster/worker-group.ts';
 import type { BoundListener } from './cluster/messages.ts';
-import { mergeGroupInfo, type ProcessInfo } from './cluster/group-info.ts';
-import { describeWaiting } from './lifecycle/progress.ts';
+import type { ProcessInfo } from './cluster/group-info.ts';
+import { oneProcess, type Supervision } from './cluster/supervision.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -54,17 +53,11 @@ export interface PreparedReload {
 }
 
 export interface GatewayOptions {
-  /**
-   * This process supervises worker processes that serve the proxy listeners: it keeps the admin
-   * listeners, passes every drain and health-check change on, and waits for the workers to exit.
-   */
-  workers?: WorkerGroup;
+  /** The worker processes this process supervises, if any (default: none, `oneProcess`). */
+  supervision?: Supervision;
   /** Log `ready` once serving (default true; a worker leaves that to its supervisor). */
   announceReady?: boolean;
 }
-
-/** How long a supervisor waits for its workers to exit once its own drain is over, before killing them. */
-const WORKER_EXIT_GRACE_MS = 5000;
 
 /** The lifecycle's settings, every field filled: the schema's defaults, and the drain time defaults to the window (applied here once, not in the lifecycle). */
 function drainSettings(config: Config): DrainSettings {
@@ -89,10 +82,9 @@ function formatAddress(host: string, port: number): string {
 export async function startGateway(fullConfig: Config, loggers: Loggers, version: string, options: GatewayOptions = {}): Promise<RunningGateway> {
   const logger = loggers.events;
   const startedAt = Date.now();
-  const { workers } = options;
+  const { supervision = oneProcess } = options;
   // A supervisor serves only the admin listeners; its workers serve the rest.
-  const own = (c: Config): Config => (workers ? withListenersOf(c, 'admin') : c);
-  const config = own(fullConfig);
+  const config = supervision.own(fullConfig);
   let current = config;
   let listeners: Listener[] = [];
   /** E6a: listeners closed for a moment while a replacement binds their address: still "up" for /readyz. */
@@ -114,33 +106,23 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         // L9: pools close once their requests are done (nothing is in flight by now); a forced end
         // (L8) aborts what is still going upstream instead of waiting for it.
         await Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())));
-        await workers?.stopped(WORKER_EXIT_GRACE_MS);
+        await supervision.stopped();
         flushLogger(logger);
       },
-      commanded: workers ? (command) => workers.command(command) : undefined,
-      // O1: a supervisor's drain lines tell the group's numbers (its own are the admin listener's).
-      reportDrain: workers
-        ? (report) => {
-            void workers.query<ProcessInfo>('info').then((replies) => {
-              if (report.event === 'drain_progress' && lifecycle.state === 'exited') return;
-              const group = mergeGroupInfo(info(), replies);
-              const waitingFor = { ...group.waiting_for!, window_secs_left: report.waiting_for.window_secs_left, workers: report.waiting_for.workers };
-              const what = report.event === 'drain_started' ? 'drain started' : 'still draining';
-              logger.info(
-                { ...report, in_flight: group.in_flight, open_connections: group.open_connections, waiting_for: waitingFor, probe_connections: group.probe_connections },
-                `${what}: ${describeWaiting(waitingFor)}`,
-              );
-            });
-          }
-        : undefined,
+      // Read when asked: `lifecycle` and `info` exist by the time a hook runs.
+      ...supervision.lifecycleHooks({
+        get state() {
+          return lifecycle.state;
+        },
+        info: () => info(),
+      }),
     },
   });
   const metrics = new Metrics({
     connections: () => lifecycle.connections.counts(),
     draining: () => lifecycle.draining,
     drainDurationSeconds: () => lifecycle.drainSeconds(),
-    workers: workers && (() => workers.counts()),
-    workerRestarts: workers && (() => workers.restarts()),
+    ...supervision.metricsSources(),
   });
   lifecycle.observeConnections(
     (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
@@ -164,7 +146,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting || swapping.has(l)) },
     { name: 'not_draining', ok: !lifecycle.draining },
-    ...(workers ? [{ name: 'workers_ready', ok: workers.allReady() }] : []),
+    ...supervision.healthChecks(),
   ];
   const info = (): ProcessInfo => ({
     state: lifecycle.state,
@@ -180,14 +162,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   });
   const serverInfo = async (): Promise<object> => {
     const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000) };
-    if (!workers) return { ...head, ...info() };
-    return { ...head, ...mergeGroupInfo(info(), await workers.query<ProcessInfo>('info')) };
+    return { ...head, ...(await supervision.groupInfo(info())) };
   };
-  const renderMetrics = async (): Promise<string> => {
-    if (!workers) return metrics.render();
-    const replies = await workers.query<MetricsJson>('metrics');
-    return metrics.render(replies.flatMap((r) => (r.value ? [r.value] : [])));
-  };
+  const renderMetrics = async (): Promise<string> => metrics.render(await supervision.workerMetrics());
   const createAdmin = (c: Config) =>
     new AdminRoutes({
       metrics,
@@ -235,7 +212,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
-    for (const l of (await workers?.start(fullConfig, lifecycle)) ?? []) logStarted(l, { workers: workers!.size });
+    for (const l of await supervision.start(fullConfig, lifecycle)) logStarted(l, supervision.logFields());
   } catch (error) {
     for (const listener of listeners) listener.stopAccepting();
     throw error;
@@ -248,7 +225,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         providers: config.providers.map((p) => `${p.name} (${p.type})`),
         models: config.models.length,
         keys: config.keys.length,
-        ...(workers ? { workers: workers.size } : {}),
+        ...supervision.logFields(),
       },
       'sluice is ready',
     );
@@ -408,33 +385,29 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
    * and counted): then nothing changed anywhere.
    */
   async function reload(nextFull: Config, trigger: string): Promise<boolean> {
-    if (workers && nextFull.workers !== fullConfig.workers) {
-      logger.warn({ event: 'config_reload_partial', key: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
-    }
+    supervision.reloadStarting(nextFull);
     let prepared: PreparedReload;
     try {
-      prepared = await prepareReload(own(nextFull), trigger);
+      prepared = await prepareReload(supervision.own(nextFull), trigger);
     } catch (error) {
       reloadFailed((error as Error).message, { trigger });
       return false;
     }
-    if (workers) {
-      const problems = await workers.prepareReload(nextFull, trigger);
-      if (problems.length > 0) {
-        workers.finishReload(false);
-        await prepared.abort();
-        reloadFailed(problems.map((p) => `worker ${p.worker}: ${p.reason}`).join('; '), { trigger, workers_failed: problems });
-        return false;
-      }
+    const problems = await supervision.prepareReload(nextFull, trigger);
+    if (problems.length > 0) {
+      supervision.finishReload(false);
+      await prepared.abort();
+      reloadFailed(problems.map((p) => `worker ${p.worker}: ${p.reason}`).join('; '), { trigger, workers_failed: problems });
+      return false;
     }
     if (lifecycle.draining) {
-      workers?.finishReload(false);
+      supervision.finishReload(false);
       await prepared.abort();
       reloadFailed('the process began draining during the reload', { trigger });
       return false;
     }
     prepared.commit();
-    workers?.finishReload(true);
+    supervision.finishReload(true);
     return true;
   }
 

@@ -9,6 +9,7 @@ import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
 import { WorkerGroup } from './cluster/worker-group.ts';
+import { GroupSupervision, oneProcess } from './cluster/supervision.ts';
 import { runWorker } from './worker.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -85,7 +86,7 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
     if (count > 1) {
       workers = new WorkerGroup({ count, log: logger });
     }
-    gateway = await startGateway(config, loggers, version, { workers });
+    gateway = await startGateway(config, loggers, version, { supervision: workers ? new GroupSupervision(workers, logger) : oneProcess });
   } catch (error) {
     // A failure with a code (a port in use, a certificate that cannot be read) is the machine's,
     // not a bug: one line that says why, without a stack trace.

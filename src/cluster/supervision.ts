@@ -1,0 +1,152 @@
+// What a running gateway asks of its supervision: nothing in one process (`oneProcess`), and with
+// `workers: N` (`GroupSupervision`, over a `WorkerGroup`) it serves only the admin listeners, passes
+// every drain and health-check change on, reports the group's numbers, prepares and settles every
+// reload across the workers, and waits for them to exit.
+import { withListenersOf, type Config } from '../config/schema.ts';
+import type { LifecycleHooks } from '../lifecycle/contracts.ts';
+import type { HealthCheck } from '../lifecycle/health.ts';
+import { describeWaiting } from '../lifecycle/progress.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { MetricsJson, StateSources } from '../telemetry/metrics.ts';
+import type { BoundListener } from './messages.ts';
+import { mergeGroupInfo, type ProcessInfo } from './group-info.ts';
+import type { ReloadProblem, Supervisor, WorkerGroup } from './worker-group.ts';
+
+/** What supervision sees of the process it runs in (read when asked: the lifecycle is built after the hooks). */
+export interface SupervisedProcess {
+  /** The lifecycle's state. */
+  readonly state: string;
+  /** This process's own state, as /server_info reports it. */
+  info(): ProcessInfo;
+}
+
+export interface Supervision {
+  /** The part of a config that this process serves itself (a supervisor keeps only the admin listeners). */
+  own(config: Config): Config;
+  /** The lifecycle hooks that pass commands on and report the drain (none in one process). */
+  lifecycleHooks(local: SupervisedProcess): Pick<LifecycleHooks, 'commanded' | 'reportDrain'>;
+  /** The metrics of the supervision itself (`sluice_workers`, restarts). */
+  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts'>;
+  /** Fields added to the `ready` line and to the workers' `listener_started` lines. */
+  logFields(): object;
+  /** Once this process listens: starts the workers; resolves with where their listeners listen. */
+  start(fullConfig: Config, supervisor: Supervisor): Promise<BoundListener[]>;
+  /** Readiness checks of the supervision (every worker serving). */
+  healthChecks(): HealthCheck[];
+  /** /server_info: this process's info, with the workers' summed and listed. */
+  groupInfo(local: ProcessInfo): Promise<object>;
+  /** The workers' metrics, to sum with this process's. */
+  workerMetrics(): Promise<MetricsJson[]>;
+  /** Warns of what a reload of this config does not change. */
+  reloadStarting(nextFull: Config): void;
+  /** E6a: every worker prepares the config; resolves with those that could not. */
+  prepareReload(nextFull: Config, trigger: string): Promise<ReloadProblem[]>;
+  /** E6a: every worker switches (true) or keeps the previous config (false). */
+  finishReload(commit: boolean): void;
+  /** At shutdown, once this process's own drain is over: waits for the workers to exit. */
+  stopped(): Promise<void>;
+}
+
+/** One process: it serves everything itself and supervises nothing. */
+export const oneProcess: Supervision = {
+  own: (config) => config,
+  lifecycleHooks: () => ({ commanded: undefined, reportDrain: undefined }),
+  metricsSources: () => ({ workers: undefined, workerRestarts: undefined }),
+  logFields: () => ({}),
+  start: async () => [],
+  healthChecks: () => [],
+  groupInfo: async (local) => local,
+  workerMetrics: async () => [],
+  reloadStarting: () => {},
+  prepareReload: async () => [],
+  finishReload: () => {},
+  stopped: async () => {},
+};
+
+/** How long a supervisor waits for its workers to exit once its own drain is over, before killing them. */
+const WORKER_EXIT_GRACE_MS = 5000;
+
+/**
+ * This process supervises worker processes that serve the proxy listeners: it keeps the admin
+ * listeners, passes every drain and health-check change on, and waits for the workers to exit.
+ */
+export class GroupSupervision implements Supervision {
+  readonly #workers: WorkerGroup;
+  readonly #logger: Logger;
+  /** The config the group was started with (a reload does not change the number of workers). */
+  #started: Config | undefined;
+
+  constructor(workers: WorkerGroup, logger: Logger) {
+    this.#workers = workers;
+    this.#logger = logger;
+  }
+
+  own(config: Config): Config {
+    return withListenersOf(config, 'admin');
+  }
+
+  lifecycleHooks(local: SupervisedProcess): Pick<LifecycleHooks, 'commanded' | 'reportDrain'> {
+    const workers = this.#workers;
+    const logger = this.#logger;
+    return {
+      commanded: (command) => workers.command(command),
+      // O1: a supervisor's drain lines tell the group's numbers (its own are the admin listener's).
+      reportDrain: (report) => {
+        void workers.query<ProcessInfo>('info').then((replies) => {
+          if (report.event === 'drain_progress' && local.state === 'exited') return;
+          const group = mergeGroupInfo(local.info(), replies);
+          const waitingFor = { ...group.waiting_for!, window_secs_left: report.waiting_for.window_secs_left, workers: report.waiting_for.workers };
+          const what = report.event === 'drain_started' ? 'drain started' : 'still draining';
+          logger.info(
+            { ...report, in_flight: group.in_flight, open_connections: group.open_connections, waiting_for: waitingFor, probe_connections: group.probe_connections },
+            `${what}: ${describeWaiting(waitingFor)}`,
+          );
+        });
+      },
+    };
+  }
+
+  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts'> {
+    return { workers: () => this.#workers.counts(), workerRestarts: () => this.#workers.restarts() };
+  }
+
+  logFields(): object {
+    return { workers: this.#workers.size };
+  }
+
+  start(fullConfig: Config, supervisor: Supervisor): Promise<BoundListener[]> {
+    this.#started = fullConfig;
+    return this.#workers.start(fullConfig, supervisor);
+  }
+
+  healthChecks(): HealthCheck[] {
+    return [{ name: 'workers_ready', ok: this.#workers.allReady() }];
+  }
+
+  async groupInfo(local: ProcessInfo): Promise<object> {
+    return mergeGroupInfo(local, await this.#workers.query<ProcessInfo>('info'));
+  }
+
+  async workerMetrics(): Promise<MetricsJson[]> {
+    const replies = await this.#workers.query<MetricsJson>('metrics');
+    return replies.flatMap((r) => (r.value ? [r.value] : []));
+  }
+
+  reloadStarting(nextFull: Config): void {
+    if (nextFull.workers !== this.#started?.workers) {
+      this.#logger.warn({ event: 'config_reload_partial', key: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
+    }
+  }
+
+  prepareReload(nextFull: Config, trigger: string): Promise<ReloadProblem[]> {
+    return this.#workers.prepareReload(nextFull, trigger);
+  }
+
+  finishReload(commit: boolean): void {
+    this.#workers.finishReload(commit);
+  }
+
+  stopped(): Promise<void> {
+    return this.#workers.stopped(WORKER_EXIT_GRACE_MS);
+  }
+}
