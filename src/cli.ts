@@ -9,7 +9,7 @@ import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
 import { WorkerGroup } from './cluster/worker-group.ts';
-import { GroupSupervision, oneProcess } from './cluster/supervision.ts';
+import { GroupSupervision, oneProcess, type Supervision } from './cluster/supervision.ts';
 import { runWorker } from './worker.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -81,12 +81,12 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
   const logger = loggers.events;
   const count = workerCount(config, availableParallelism());
   let gateway: RunningGateway;
-  let workers: WorkerGroup | undefined;
+  let supervision: Supervision = oneProcess;
   try {
     if (count > 1) {
-      workers = new WorkerGroup({ count, log: logger });
+      supervision = new GroupSupervision(new WorkerGroup({ count, log: logger }), logger);
     }
-    gateway = await startGateway(config, loggers, version, { supervision: workers ? new GroupSupervision(workers, logger) : oneProcess });
+    gateway = await startGateway(config, loggers, version, { supervision });
   } catch (error) {
     // A failure with a code (a port in use, a certificate that cannot be read) is the machine's,
     // not a bug: one line that says why, without a stack trace.
@@ -99,7 +99,7 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
   return new Promise<number>((resolve) => {
     // A drain that exits may come from a signal or from the admin API. A group exits 0 only if
     // every worker did.
-    started.lifecycle.done.then((code) => resolve(code || (workers?.exitCode ?? 0)), () => resolve(1));
+    started.lifecycle.done.then((code) => resolve(code || supervision.exitCode), () => resolve(1));
     let signalled = false;
     // Someone at a terminal (Ctrl-C) is told in words what the drain waits for and how to stop it.
     const terminal = process.stdout.isTTY === true;
@@ -116,7 +116,7 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
               : 'finishing what is in flight';
           logger.info(
             { event: 'drain_hint', signal },
-            `${signal === 'SIGINT' ? 'Ctrl-C' : signal}: stopping gracefully, ${what}${workers ? ` on ${workers.size} workers` : ''}; press Ctrl-C again to stop now`,
+            `${signal === 'SIGINT' ? 'Ctrl-C' : signal}: stopping gracefully, ${what}${supervision.workers ? ` on ${supervision.workers} workers` : ''}; press Ctrl-C again to stop now`,
           );
         }
       }

@@ -21,6 +21,10 @@ export interface SupervisedProcess {
 }
 
 export interface Supervision {
+  /** How many worker processes serve the proxy listeners (0: this process serves alone). */
+  readonly workers: number;
+  /** Once the drain is over: 0 when every worker that ended during it exited 0, else the first other code (or 1). */
+  readonly exitCode: number;
   /** The part of a config that this process serves itself (a supervisor keeps only the admin listeners). */
   own(config: Config): Config;
   /** The lifecycle hooks that pass commands on and report the drain (none in one process). */
@@ -49,6 +53,8 @@ export interface Supervision {
 
 /** One process: it serves everything itself and supervises nothing. */
 export const oneProcess: Supervision = {
+  workers: 0,
+  exitCode: 0,
   own: (config) => config,
   lifecycleHooks: () => ({ commanded: undefined, reportDrain: undefined }),
   metricsSources: () => ({ workers: undefined, workerRestarts: undefined }),
@@ -79,6 +85,14 @@ export class GroupSupervision implements Supervision {
   constructor(workers: WorkerGroup, logger: Logger) {
     this.#workers = workers;
     this.#logger = logger;
+  }
+
+  get workers(): number {
+    return this.#workers.size;
+  }
+
+  get exitCode(): number {
+    return this.#workers.exitCode;
   }
 
   own(config: Config): Config {
