@@ -67,6 +67,10 @@ export const errors = {
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
+  noWebSocketRoute: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no WebSocket route for ${path}`),
+  httpVersionNotSupported: () =>
+    new GatewayError(505, 'invalid_request_error', 'http_version_not_supported', 'HTTP version not supported on this connection: send HTTP/1.1 or HTTP/1.0 (HTTP/2 needs its own connection preface)'),
+  missingHost: () => new GatewayError(400, 'invalid_request_error', 'missing_host', 'an HTTP/1.1 request needs a Host header'),
   drainForced: () =>
     new GatewayError(503, 'server_error', 'drain_forced', 'the gateway is shutting down and ended this request before it was answered; retry it'),
 } as const;

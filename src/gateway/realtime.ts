@@ -6,7 +6,7 @@
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
 import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { UpgradeContext } from '../server/context.ts';
-import { rejectUpgrade, type UpgradeRoute } from '../server/upgrade.ts';
+import { refuseUpgrade, rejectUpgrade, whenClosed, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError } from './upstream-errors.ts';
@@ -22,7 +22,6 @@ export interface RealtimeEnvironment {
 
 /** Browsers cannot set headers, so the OpenAI SDK sends the key as a subprotocol. */
 const KEY_PROTOCOL = 'openai-insecure-api-key.';
-const REASONS: Record<number, string> = { 400: 'Bad Request', 401: 'Unauthorized', 404: 'Not Found', 405: 'Method Not Allowed', 502: 'Bad Gateway', 504: 'Gateway Timeout' };
 
 /** RFC 6455 §7.4: 1005 and 1006 are never sent in a close frame. */
 function sendableCode(code: number): number {
@@ -38,12 +37,7 @@ export class RealtimeRoute implements UpgradeRoute {
   }
 
   handle(ctx: UpgradeContext, finished: (status: number) => void): void {
-    const reject = (error: GatewayError) => {
-      ctx.errorCode ||= error.code;
-      ctx.status = error.status;
-      rejectUpgrade(ctx.socket, error.status, REASONS[error.status] ?? 'Error', error.body(), error.headers);
-      whenClosed(ctx.socket, () => finished(error.status));
-    };
+    const reject = (error: GatewayError) => refuseUpgrade(ctx, error, finished);
     const { req } = ctx;
     // R1: a handshake the WebSocket library would refuse (or throw on) is answered here, before an
     // upstream socket is opened for it.
@@ -137,12 +131,6 @@ export class RealtimeRoute implements UpgradeRoute {
       });
     });
   }
-}
-
-/** Runs `fn` once the socket has closed (at once if it already has). */
-function whenClosed(socket: UpgradeContext['socket'], fn: () => void): void {
-  if (socket.closed) fn();
-  else socket.once('close', fn);
 }
 
 class RealtimeSession implements ForceEndable {

@@ -72,9 +72,6 @@ export function logIfDraining(services: RequestServices, ctx: ExchangeContext, p
   );
 }
 
-const refusalOf = (status: number, code: string, message: string) => ({ status, code, body: JSON.stringify({ error: { message, type: 'invalid_request_error', code } }) });
-const VERSION_NOT_SUPPORTED = refusalOf(505, 'http_version_not_supported', 'HTTP version not supported on this connection: send HTTP/1.1 or HTTP/1.0 (HTTP/2 needs its own connection preface)');
-const MISSING_HOST = refusalOf(400, 'missing_host', 'an HTTP/1.1 request needs a Host header');
 
 export function createRequestHandler(services: RequestServices) {
   const { lifecycle, metrics, logger } = services;
@@ -113,13 +110,12 @@ export function createRequestHandler(services: RequestServices) {
     // An HTTP/1.1 connection whose request line claims another version ("HTTP/2.0", "HTTP/0.9",
     // which Node's parser lets through), or an HTTP/1.1 request without Host (RFC 9112 §3.2; Node's
     // own 400 would have no body): answered in the API's error shape, never routed, connection closed.
-    const refusal = ctx.protocol !== 'http1' ? undefined : req.httpVersionMajor !== 1 ? VERSION_NOT_SUPPORTED : req.httpVersionMinor === 1 && req.headers.host === undefined ? MISSING_HOST : undefined;
+    const refusal = ctx.protocol !== 'http1' ? undefined : req.httpVersionMajor !== 1 ? errors.httpVersionNotSupported() : req.httpVersionMinor === 1 && req.headers.host === undefined ? errors.missingHost() : undefined;
     if (refusal) {
       ctx.endpoint = 'other';
-      ctx.errorCode = refusal.code;
       metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       res.shouldKeepAlive = false;
-      sendJson(ctx, lifecycle, refusal.status, refusal.body);
+      sendError(ctx, lifecycle, refusal);
       return;
     }
     if (probe) {

@@ -1,11 +1,11 @@
 // Where WebSocket upgrade requests enter: the session is in flight from the upgrade request until
 // its socket closes and its usage is recorded (L7, L10), exactly like an HTTP request.
-import type { IncomingMessage } from 'node:http';
+import { STATUS_CODES, type IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { UpgradeContext } from './context.ts';
 import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
 import type { Listener } from './listener.ts';
-import { errors } from '../api/errors.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
 
 export interface UpgradeRoute {
   /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
@@ -20,6 +20,20 @@ export function rejectUpgrade(socket: Duplex, status: number, reason: string, bo
     `HTTP/1.1 ${status} ${reason}\r\ncontent-type: application/json\r\ncontent-length: ${Buffer.byteLength(body)}\r\n${extra}connection: close\r\n\r\n${body}`,
     () => socket.destroy(),
   );
+}
+
+/** Refuses a handshake with `error` and ends the exchange once its socket has closed (L10). */
+export function refuseUpgrade(ctx: UpgradeContext, error: GatewayError, finished: (status: number) => void): void {
+  ctx.errorCode ||= error.code;
+  ctx.status = error.status;
+  rejectUpgrade(ctx.socket, error.status, STATUS_CODES[error.status] ?? 'Error', error.body(), error.headers);
+  whenClosed(ctx.socket, () => finished(error.status));
+}
+
+/** Runs `fn` once the socket has closed (at once if it already has). */
+export function whenClosed(socket: Duplex, fn: () => void): void {
+  if (socket.closed) fn();
+  else socket.once('close', fn);
 }
 
 export function createUpgradeHandler(services: RequestServices, routes: ReadonlyMap<string, UpgradeRoute>) {
@@ -45,7 +59,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
         const error = errors.drainForced();
         ctx.errorCode = error.code;
         ctx.status = error.status;
-        rejectUpgrade(socket, error.status, 'Service Unavailable', error.body());
+        rejectUpgrade(socket, error.status, STATUS_CODES[error.status]!, error.body());
       },
     });
     const finished = (status: number) => {
@@ -55,13 +69,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
       recordFinished(ctx, status);
     };
     socket.on('error', () => socket.destroy());
-    if (!route) {
-      ctx.errorCode = 'unknown_path';
-      ctx.status = 404;
-      rejectUpgrade(socket, 404, 'Not Found', JSON.stringify({ error: { message: `no WebSocket route for ${path}`, type: 'not_found_error', code: 'unknown_path' } }));
-      socket.once('close', () => finished(404));
-      return;
-    }
+    if (!route) return refuseUpgrade(ctx, errors.noWebSocketRoute(path), finished);
     if (connection) lifecycle.connections.upgraded(connection);
     try {
       route.handle(ctx, finished);
@@ -69,10 +77,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
       // Nothing a client sends may take the process down (R1): a throw here is a bug, answered as
       // one, and the exchange still ends exactly once (L10).
       services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'upgrade handler failed');
-      ctx.errorCode ||= 'internal_error';
-      rejectUpgrade(socket, 500, 'Internal Server Error', '{"error":{"message":"internal gateway error","type":"server_error","code":"internal_error"}}');
-      if (socket.closed) finished(500);
-      else socket.once('close', () => finished(500));
+      refuseUpgrade(ctx, errors.internal(), finished);
     }
   };
 }
