@@ -98,8 +98,8 @@ export const ANTHROPIC_TYPE_OF_CODE: Readonly<Record<string, string>> = {
   drain_forced: 'api_error',
 };
 
-/** Asserts Anthropic's error shape, `{"type":"error","error":{"type":…,"message":…}}`; returns `error`. */
-export function assertAnthropicError(text: string, context = ''): { message: string; type: string } {
+/** The error body as a JSON object, or a failed assertion that says what it was instead. */
+function parseErrorBody(text: string, context: string): Record<string, unknown> {
   let body: unknown;
   try {
     body = JSON.parse(text);
@@ -107,6 +107,12 @@ export function assertAnthropicError(text: string, context = ''): { message: str
     assert.fail(`${context}: error body is not JSON: ${JSON.stringify(text.slice(0, 300))}`);
   }
   assert.ok(body !== null && typeof body === 'object' && !Array.isArray(body), `${context}: error body is not an object: ${text.slice(0, 300)}`);
+  return body as Record<string, unknown>;
+}
+
+/** Asserts Anthropic's error shape, `{"type":"error","error":{"type":…,"message":…}}`; returns `error`. */
+export function assertAnthropicError(text: string, context = ''): { message: string; type: string } {
+  const body = parseErrorBody(text, context);
   assert.equal((body as { type?: unknown }).type, 'error', `${context}: not Anthropic-shaped (type is not "error"): ${text.slice(0, 300)}`);
   const error = (body as { error?: unknown }).error as Record<string, unknown> | undefined;
   assert.ok(error !== null && typeof error === 'object', `${context}: no "error" object: ${text.slice(0, 300)}`);
@@ -131,13 +137,7 @@ export function assertCallerError(text: string, dialect: 'openai' | 'anthropic',
 }
 
 export function assertOpenAiError(text: string, context = ''): { message: string; type: string; code: string } {
-  let body: unknown;
-  try {
-    body = JSON.parse(text);
-  } catch {
-    assert.fail(`${context}: error body is not JSON: ${JSON.stringify(text.slice(0, 300))}`);
-  }
-  assert.ok(body !== null && typeof body === 'object' && !Array.isArray(body), `${context}: error body is not an object: ${text.slice(0, 300)}`);
+  const body = parseErrorBody(text, context);
   const error = (body as { error?: unknown }).error as Record<string, unknown> | undefined;
   assert.ok(error !== null && typeof error === 'object', `${context}: no "error" object: ${text.slice(0, 300)}`);
   for (const field of ['message', 'type', 'code'] as const) {

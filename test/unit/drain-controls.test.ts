@@ -130,8 +130,8 @@ describe('E2/E3: proactive drain', () => {
     assert.notEqual(proactiveDrainAt(60_000, 5_000, 39_999, () => 0.5), undefined);
   });
 
-  test('idle connections are closed one drain timeout after their proactive moment; active ones retire; upgraded ones finish (E3)', () => {
-    const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5 }, () => 0);
+  /** An idle connection, a busy one and an upgraded (WebSocket) one, then a SIGTERM drain. */
+  const idleBusyAndUpgraded = (t: ReturnType<typeof setup>) => {
     const idle = t.idle();
     const busy = t.connect();
     t.lifecycle.requestStarted(busy.connection);
@@ -139,6 +139,12 @@ describe('E2/E3: proactive drain', () => {
     t.lifecycle.requestStarted(ws.connection);
     t.lifecycle.connections.upgraded(ws.connection);
     void t.lifecycle.drain('SIGTERM');
+    return { idle, busy, ws };
+  };
+
+  test('idle connections are closed one drain timeout after their proactive moment; active ones retire; upgraded ones finish (E3)', () => {
+    const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5 }, () => 0);
+    const { idle, busy, ws } = idleBusyAndUpgraded(t);
     t.clock.advance(39_999);
     assert.equal(idle.socket.destroyed, false);
     assert.equal(busy.connection.retiring, false);
@@ -159,13 +165,7 @@ describe('E2/E3: proactive drain', () => {
 
   test('E3 opt-in: reset_upgraded_on_proactive_drain resets an upgraded connection at its proactive moment', () => {
     const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
-    const idle = t.idle();
-    const busy = t.connect();
-    t.lifecycle.requestStarted(busy.connection);
-    const ws = t.connect();
-    t.lifecycle.requestStarted(ws.connection);
-    t.lifecycle.connections.upgraded(ws.connection);
-    void t.lifecycle.drain('SIGTERM');
+    const { idle, busy, ws } = idleBusyAndUpgraded(t);
     t.clock.advance(39_999);
     assert.equal(idle.socket.destroyed, false);
     assert.equal(busy.connection.retiring, false);
