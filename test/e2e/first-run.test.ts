@@ -160,7 +160,10 @@ interface Terminal {
 }
 
 function inTerminal(args: string[], env: Record<string, string | undefined>): Terminal {
-  const command = [process.execPath, MAIN, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ');
+  // `script` runs the command with `$SHELL -c`: `exec` makes the gateway the terminal's foreground
+  // process itself. Without it a shell that dies of the Ctrl-C (dash, CI's /bin/sh when SHELL is
+  // unset) makes `script` report 130 whatever the gateway's own exit code was.
+  const command = `exec ${[process.execPath, MAIN, ...args].map((a) => `'${a.replaceAll("'", "'\\''")}'`).join(' ')}`;
   const child = spawn('script', ['-qfec', command, '/dev/null'], { cwd: ROOT, env: { ...process.env, SLUICE_CONFIG: '', NO_COLOR: undefined, ...env }, stdio: ['pipe', 'pipe', 'pipe'] });
   let raw = '';
   child.stdout.setEncoding('utf8').on('data', (c: string) => (raw += c));
