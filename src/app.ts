@@ -1,7 +1,7 @@
 // Builds a running gateway from a validated config: telemetry, lifecycle, routing, listeners; and
 // applies a new config to it, all or nothing (E6, E6a). Holds the wiring only; each behaviour
 // lives in its own module.
-import { parseAddress, type Config } from './config/schema.ts';
+import type { Config } from './config/schema.ts';
 import { Lifecycle } from './lifecycle/lifecycle.ts';
 import type { DrainSettings } from './lifecycle/contracts.ts';
 import { systemClock } from './lifecycle/clock.ts';
@@ -12,6 +12,7 @@ import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener, type ListenerHandlers } from './server/listener.ts';
+import { ListenerSockets, type SocketProvider } from './server/sockets.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
@@ -57,6 +58,8 @@ export interface GatewayOptions {
   supervision?: Supervision;
   /** Log `ready` once serving (default true; a worker leaves that to its supervisor). */
   announceReady?: boolean;
+  /** Where the listeners get their sockets (default: sockets of this process's own, bound here). */
+  sockets?: SocketProvider;
 }
 
 /** The lifecycle's settings, every field filled: the schema's defaults, and the drain time defaults to the window (applied here once, not in the lifecycle). */
@@ -75,20 +78,14 @@ function drainSettings(config: Config): DrainSettings {
   };
 }
 
-function formatAddress(host: string, port: number): string {
-  return host.includes(':') ? `[${host}]:${port}` : `${host}:${port}`;
-}
-
 export async function startGateway(fullConfig: Config, loggers: Loggers, version: string, options: GatewayOptions = {}): Promise<RunningGateway> {
   const logger = loggers.events;
   const startedAt = Date.now();
-  const { supervision = oneProcess } = options;
+  const { supervision = oneProcess, sockets = new ListenerSockets() } = options;
   // A supervisor serves only the admin listeners; its workers serve the rest.
   const config = supervision.own(fullConfig);
   let current = config;
   let listeners: Listener[] = [];
-  /** E6a: listeners closed for a moment while a replacement binds their address: still "up" for /readyz. */
-  const swapping = new Set<Listener>();
   const lifecycle = new Lifecycle({
     clock: systemClock,
     log: logger,
@@ -97,8 +94,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       stopAccepting: (include) => {
         for (const listener of listeners) {
           if (include && !include(listener.name)) continue;
-          // Closed by the drain: a reload that is abandoned must not open it again.
-          swapping.delete(listener);
           listener.stopAccepting();
         }
       },
@@ -144,7 +139,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: true },
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
-    { name: 'listeners_up', ok: listeners.every((l) => l.accepting || swapping.has(l)) },
+    { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: !lifecycle.draining },
     ...supervision.healthChecks(),
   ];
@@ -197,18 +192,16 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const registerScopes = (c: Config) => {
     for (const l of c.listeners) lifecycle.registerListener(l.name, { drainType: l.drain_type, direction: l.direction, admin: l.role === 'admin' });
   };
-  const bound = new Map<Listener, string>();
   const logStarted = (l: BoundListener, extra: object = {}) =>
     logger.info({ event: 'listener_started', listener: l.name, role: l.role, address: l.address, ...extra }, `listening on ${l.address} (${l.role})`);
   const open = async (listener: Listener) => {
-    const address = await listener.listen();
-    const where = formatAddress(address.address, address.port);
-    bound.set(listener, where);
-    logStarted({ name: listener.name, role: listener.role, address: where });
+    await listener.listen();
+    logStarted({ name: listener.name, role: listener.role, address: listener.boundAddress });
   };
+  const newListener = (l: Config['listeners'][number], c: Config) => new Listener(l, c.downstream, lifecycle, logger, handlersFor(l.role), sockets);
 
   registerScopes(config);
-  listeners = config.listeners.map((l) => new Listener(l, config.downstream, lifecycle, logger, handlersFor(l.role)));
+  listeners = config.listeners.map((l) => newListener(l, config));
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
@@ -255,16 +248,14 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
    * when a step fails. The returned commit switches everything and cannot fail.
    *
    * A listener replaced on the same address (TLS switched on or off, another role, or the address
-   * handed from a removed or renamed listener) cannot be bound while the old socket listens. Its
-   * bind is therefore the last step of the prepare: the old socket stops accepting, the new one
-   * binds, and if that fails the old one listens again and keeps serving (connections that arrive
-   * in that moment are refused). A listener whose address and TLS-ness stay keeps its socket and
-   * only takes new protocol settings (`prepareReconfigure`), so nothing is refused there.
+   * handed from a removed or renamed listener) takes the old one's socket (`ListenerSockets`): at
+   * the commit the old one lets go and the new one serves, so nothing is refused. A listener whose
+   * address and TLS-ness stay keeps its socket and only takes new protocol settings
+   * (`prepareReconfigure`).
    */
   async function prepareReload(next: Config, trigger: string): Promise<PreparedReload> {
     const release = await reloadTurn();
     const opened: Listener[] = [];
-    const stopped: Listener[] = [];
     let routing: Routing | undefined;
     let settled = false;
     const abort = async (): Promise<void> => {
@@ -272,12 +263,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       settled = true;
       try {
         for (const listener of opened) listener.discard();
-        for (const listener of stopped) {
-          if (!swapping.delete(listener)) continue;
-          await listener.listen().catch((error: unknown) =>
-            logger.error({ event: 'listener_reopen_failed', listener: listener.name, address: listener.configuredAddress, reason: (error as Error).message }, 'the previous listener could not listen again'),
-          );
-        }
         // Providers built for the new config only: nothing was routed to them.
         for (const [name, provider] of routing?.providers ?? []) if (gateway.routing.providers.get(name) !== provider) void provider.close();
       } finally {
@@ -289,7 +274,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       const old = new Map(listeners.map((l) => [l.name, l]));
       const reconfigure: ((trigger: string) => void)[] = [];
       const kept: Listener[] = [];
-      const deferred: Listener[] = [];
       for (const l of next.listeners) {
         const existing = old.get(l.name);
         // Throws when the TLS material cannot be loaded.
@@ -300,28 +284,13 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
           kept.push(existing);
           continue;
         }
-        const fresh = new Listener(l, next.downstream, lifecycle, logger, handlersFor(l.role));
+        const fresh = newListener(l, next);
         opened.push(fresh);
         kept.push(fresh);
-        deferred.push(fresh);
-      }
-      // Old listeners not kept (replaced or removed): their addresses are free only once they stop.
-      const going = [...old.values()];
-      // (An old listener configured with port 0 frees the port it was given.)
-      const freedBy = (fresh: Listener) =>
-        going.filter((g) => fresh.configuredAddress === bound.get(g) || (g.configuredAddress === fresh.configuredAddress && parseAddress(g.configuredAddress)?.port !== 0));
-      for (const fresh of deferred.filter((f) => freedBy(f).length === 0)) await fresh.listen({ hold: true });
-      // The last fallible step: same-address replacements.
-      for (const fresh of deferred.filter((f) => freedBy(f).length > 0)) {
-        for (const g of freedBy(fresh)) {
-          if (!g.accepting) continue;
-          swapping.add(g);
-          stopped.push(g);
-          g.stopAccepting();
-        }
         await fresh.listen({ hold: true });
       }
-      const removed = going;
+      // Old listeners not kept (replaced or removed).
+      const removed = [...old.values()];
       const nextRouting = routing;
       return {
         abort,
@@ -342,8 +311,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
             logger.level = loggers.access.level = next.log.level;
             for (const step of reconfigure) step(trigger);
             for (const g of removed) {
-              swapping.delete(g);
-              bound.delete(g);
               g.stopAccepting();
               g.retireConnections();
               const replaced = next.listeners.some((l) => l.name === g.name);
@@ -351,10 +318,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
             }
             for (const fresh of opened) {
               fresh.release();
-              const address = fresh.address();
-              const where = address ? formatAddress(address.address, address.port) : fresh.configuredAddress;
-              bound.set(fresh, where);
-              logStarted({ name: fresh.name, role: fresh.role, address: where });
+              logStarted({ name: fresh.name, role: fresh.role, address: fresh.boundAddress });
             }
             listeners = kept;
             current = next;
@@ -424,6 +388,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     },
     info,
     metricsJson: () => metrics.json(),
-    boundListeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: bound.get(l) ?? l.configuredAddress })),
+    boundListeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: l.boundAddress })),
   };
 }

@@ -1,27 +1,30 @@
-// A listener owns its listening socket (net.Server, or tls.Server for TLS) and hands each accepted
-// connection to protocol servers that never listen themselves: HTTP/1.1 (http.Server) or HTTP/2
-// (http2.Server), chosen by ALPN on TLS and by the first bytes in cleartext (h2c with prior
-// knowledge). Closing the listening socket therefore stops accepting without touching accepted
-// connections (node's http.Server.close() would destroy fresh ones, which L6 forbids), and the
-// protocol servers' header/request timeouts keep running after the listener has closed.
+// A listener takes the connections of a listening socket that it holds but does not own (the
+// process's `ListenerSockets`, or in a worker its supervisor, own it: see sockets.ts), does TLS on
+// them when configured (a tls.Server that never listens), and hands each to protocol servers that
+// never listen either: HTTP/1.1 (http.Server) or HTTP/2 (http2.Server), chosen by ALPN on TLS and
+// by the first bytes in cleartext (h2c with prior knowledge). Letting go of the socket therefore
+// stops accepting without touching accepted connections (node's http.Server.close() would destroy
+// fresh ones, which L6 forbids), and the protocol servers' header/request timeouts keep running
+// after the listener has stopped.
 //
 // The protocol servers and their settings form a generation. A config reload that changes the
 // listener's settings (E6) starts a new generation on the same listening socket, so not one
 // connection is refused, while the old generation's connections are retired.
-import { createServer as createNetServer, type AddressInfo, type Server as NetServer, type Socket } from 'node:net';
+import type { AddressInfo, Socket } from 'node:net';
 import { createServer as createTlsServer, type Server as TlsServer, type TLSSocket } from 'node:tls';
 import { Server as HttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttp2Server, type Http2Server, type Http2ServerRequest, type Http2ServerResponse, type ServerHttp2Session } from 'node:http2';
 import { isDeepStrictEqual } from 'node:util';
 import type { Duplex } from 'node:stream';
 import type { DownstreamConfig, ListenerConfig, Protocol, TlsConfig } from '../config/schema.ts';
-import { listenerProtocols, parseAddress } from '../config/schema.ts';
+import { listenerProtocols } from '../config/schema.ts';
 import type { ListenerLifecycle } from '../lifecycle/contracts.ts';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
 import { isHttp2Request } from './context.ts';
 import { loadTlsMaterial, watchTlsFiles, type TlsMaterial } from './tls.ts';
+import type { ConnectionTaker, SocketLease, SocketProvider } from './sockets.ts';
 
 export type RequestHandler = (listener: Listener, req: IncomingMessage, res: ServerResponse) => void;
 export type UpgradeHandler = (listener: Listener, req: IncomingMessage, socket: Duplex, head: Buffer) => void;
@@ -105,21 +108,17 @@ class Generation {
   }
 }
 
-/** Why a listening socket could not be bound, in words, for the errors people meet. */
-const BIND_FAILURES: Readonly<Record<string, string>> = {
-  EADDRINUSE: 'the address is already in use (another process is listening on it)',
-  EACCES: 'permission denied (ports below 1024 need privileges)',
-  EADDRNOTAVAIL: 'the address is not one of this machine\'s',
-  ENOTFOUND: 'the host name does not resolve',
-  EAI_AGAIN: 'the host name could not be resolved now',
-};
-
 export class Listener {
   readonly name: string;
   readonly role: ListenerConfig['role'];
   readonly configuredAddress: string;
   readonly tls: boolean;
-  readonly #acceptor: NetServer | TlsServer;
+  /** Does the TLS handshakes of a TLS listener (it never listens: connections are emitted to it). */
+  readonly #tls: TlsServer | undefined;
+  readonly #sockets: SocketProvider;
+  #lease: SocketLease | undefined;
+  /** What the socket calls with each accepted connection. */
+  readonly #take: ConnectionTaker;
   readonly #lifecycle: ListenerLifecycle;
   readonly #log: ListenerLog;
   readonly #handlers: ListenerHandlers;
@@ -129,14 +128,9 @@ export class Listener {
   #unwatch: (() => void) | undefined;
   #accepting = false;
   readonly #unregisterRetire: () => void;
-  /**
-   * E6a: a listener prepared by a reload that is not yet committed has its socket bound but serves
-   * nothing: connections it accepts wait here until `release()`, or are closed by `discard()`.
-   */
-  #held: Socket[] | undefined;
   #discarded = false;
 
-  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: ListenerLifecycle, log: ListenerLog, handlers: ListenerHandlers) {
+  constructor(config: ListenerConfig, downstream: DownstreamConfig, lifecycle: ListenerLifecycle, log: ListenerLog, handlers: ListenerHandlers, sockets: SocketProvider) {
     this.name = config.name;
     this.role = config.role;
     this.configuredAddress = config.address;
@@ -144,6 +138,7 @@ export class Listener {
     this.#lifecycle = lifecycle;
     this.#log = log;
     this.#handlers = handlers;
+    this.#sockets = sockets;
     this.#generation = new Generation(this, config, downstream, handlers);
     if (config.tls) {
       const material = this.#loadTls(config.tls);
@@ -156,20 +151,24 @@ export class Listener {
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
       });
       tlsServer.on('connection', (socket: Socket) => {
-        if (this.#discarded) return void socket.destroy();
         const connection = lifecycle.admitConnection(socket, this.name);
         if (connection) connection.protocol = 'tls';
       });
-      tlsServer.on('secureConnection', (socket: TLSSocket) => this.#arrived(socket, () => this.#secured(socket)));
+      tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
       tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
         const connection = lifecycle.connections.get(socket) ?? lifecycle.connections.get((socket as unknown as { _parent?: Socket })._parent!);
         if (connection) connection.closeReason ??= error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'tls_handshake_timeout' : 'tls_handshake_failed';
         socket.destroy();
       });
-      this.#acceptor = tlsServer;
+      this.#tls = tlsServer;
     } else {
-      this.#acceptor = createNetServer({ noDelay: true }, (socket) => this.#arrived(socket, () => this.#accepted(socket)));
+      this.#tls = undefined;
     }
+    this.#take = (socket) => {
+      if (this.#discarded) return void socket.destroy();
+      if (this.#tls) this.#tls.emit('connection', socket);
+      else this.#accepted(socket);
+    };
     // Registered last: a constructor that throws (bad TLS material) leaves nothing registered.
     this.#unregisterRetire = lifecycle.onRetire(this.name, () => this.#generation.sessions.retireAll());
   }
@@ -190,46 +189,39 @@ export class Listener {
   }
 
   /**
-   * Binds the listening socket. With `hold` (a reload's prepare step, E6a) the connections it
+   * Takes its listening socket (one it was handed, one another listener on the same address holds,
+   * or a new one) and serves it. With `hold` (a reload's prepare step, E6a) the connections it
    * accepts wait until `release()`. Rejects with an error that names the listener and address.
    */
-  listen(options: { hold?: boolean } = {}): Promise<AddressInfo> {
-    const { host, port } = parseAddress(this.configuredAddress)!;
-    if (options.hold) this.#held ??= [];
-    return new Promise((resolve, reject) => {
-      const failed = (error: NodeJS.ErrnoException) => {
-        const why = BIND_FAILURES[error.code ?? ''] ?? error.message;
-        reject(Object.assign(new Error(`listener "${this.name}" cannot listen on ${this.configuredAddress}: ${why}${error.code && why !== error.message ? ` (${error.code})` : ''}`, { cause: error }), { code: error.code }));
-      };
-      this.#acceptor.once('error', failed);
-      this.#acceptor.listen({ host, port, backlog: 1024 }, () => {
-        this.#acceptor.off('error', failed);
-        this.#accepting = true;
-        this.#watchCertificates();
-        resolve(this.#acceptor.address() as AddressInfo);
-      });
-    });
+  async listen(options: { hold?: boolean } = {}): Promise<AddressInfo> {
+    const lease = await this.#sockets.acquire(this.name, this.configuredAddress);
+    this.#lease = lease;
+    this.#accepting = true;
+    if (!options.hold) lease.serve(this.#take);
+    this.#watchCertificates();
+    return lease.address()!;
   }
 
   /** Where the socket is bound (the port chosen when 0 was asked); undefined when not listening. */
   address(): AddressInfo | undefined {
-    return (this.#acceptor.address() as AddressInfo | null) ?? undefined;
+    return this.#accepting ? this.#lease?.address() : undefined;
+  }
+
+  /** host:port as bound (as configured when not listening). */
+  get boundAddress(): string {
+    return this.#accepting && this.#lease ? this.#lease.bound : this.configuredAddress;
   }
 
   /** E6a: the reload is committed: the connections held since `listen({ hold: true })` are served. */
   release(): void {
-    const held = this.#held ?? [];
-    this.#held = undefined;
-    for (const socket of held) if (!socket.destroyed) this.#dispatch(socket);
+    if (this.#accepting) this.#lease?.serve(this.#take);
   }
 
-  /** E6a: the reload is abandoned: the socket closes and what it accepted meanwhile is closed. */
+  /** E6a: the reload is abandoned: the socket is let go (closed unless another listener holds it) and what it accepted meanwhile is closed. */
   discard(): void {
     this.#discarded = true;
     this.stopAccepting();
     this.#unregisterRetire();
-    for (const socket of this.#held ?? []) socket.destroy();
-    this.#held = undefined;
   }
 
   /** Stops accepting; accepted connections carry on. Idempotent. */
@@ -238,7 +230,8 @@ export class Listener {
     this.#unwatch = undefined;
     if (!this.#accepting) return;
     this.#accepting = false;
-    this.#acceptor.close();
+    this.#lease?.unserve(this.#take);
+    this.#lease?.letGo();
   }
 
   /**
@@ -253,7 +246,7 @@ export class Listener {
     const material = config.tls ? this.#loadTls(config.tls) : undefined;
     return (trigger) => {
       if (config.tls && material) {
-        const server = this.#acceptor as TlsServer & { requestCert: boolean; rejectUnauthorized: boolean };
+        const server = this.#tls as TlsServer & { requestCert: boolean; rejectUnauthorized: boolean };
         server.setSecureContext(material.options);
         server.requestCert = server.rejectUnauthorized = config.tls.client_ca_file !== undefined;
         this.#log.info({ event: 'tls_reloaded', listener: this.name, trigger }, 'TLS certificate reloaded');
@@ -302,7 +295,7 @@ export class Listener {
     if (!tls) return false;
     try {
       const material = loadTlsMaterial(tls);
-      (this.#acceptor as TlsServer).setSecureContext(material.options);
+      this.#tls!.setSecureContext(material.options);
       this.#log.info({ event: 'tls_reloaded', listener: this.name, trigger }, 'TLS certificate reloaded');
       return true;
     } catch (error) {
@@ -321,22 +314,6 @@ export class Listener {
       if (connection.listener === this.name && this.#generationOf.get(connection)?.sessions.connectionOf(session) === connection) return connection;
     }
     return undefined;
-  }
-
-  /** A socket accepted (or, on TLS, handshaken): served, held until a reload commits, or closed. */
-  #arrived(socket: Socket, serve: () => void): void {
-    if (this.#discarded) socket.destroy();
-    else if (this.#held) {
-      // Nothing reads it yet: a reset meanwhile must not become an uncaught 'error' (R1).
-      socket.on('error', () => {});
-      this.#held.push(socket);
-    } else serve();
-  }
-
-  /** Serves a socket that was held (see `listen({ hold: true })`). */
-  #dispatch(socket: Socket): void {
-    if ('encrypted' in socket) this.#secured(socket as TLSSocket);
-    else this.#accepted(socket);
   }
 
   #accepted(socket: Socket): void {
