@@ -205,7 +205,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
-    for (const l of await supervision.start(fullConfig, lifecycle)) logStarted(l, supervision.logFields());
+    for (const l of await supervision.start(fullConfig, lifecycle, sockets)) logStarted(l, supervision.logFields());
   } catch (error) {
     for (const listener of listeners) listener.stopAccepting();
     throw error;

@@ -1,10 +1,12 @@
-// A worker process of `workers: N`: serves the proxy listeners (shared with the other workers
-// through the supervisor) and follows the supervisor's commands. It ignores signals: a terminal or
+// A worker process of `workers: N`: serves the proxy listeners (whose sockets the supervisor holds:
+// it passes each worker its share of the connections) and follows the supervisor's commands. It ignores signals: a terminal or
 // a service manager signals the whole process group, and the supervisor speaks for it.
 import { withListenersOf } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
 import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
+import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
+import type { Socket } from 'node:net';
 
 function send(message: unknown): void {
   try {
@@ -24,9 +26,12 @@ export async function runWorker(version: string): Promise<number> {
   const settledEarly = new Map<number, 'commit' | 'abort'>();
   let gateway: RunningGateway | undefined;
   let onStart: ((message: Extract<ToWorker, { type: 'start' }>) => void) | undefined;
-  process.on('message', (message: unknown) => {
+  const sockets = new DispatchedSockets(send);
+  process.on('message', (message: unknown, passed: unknown) => {
     if (!isMessage<ToWorker>(message)) return;
-    if (message.type === 'start') onStart?.(message);
+    if (message.type === 'connection') sockets.connection(message.lease, passed as Socket | undefined);
+    else if (message.type === 'socket_acquired') sockets.acquired(message.lease, message.bound !== undefined ? { bound: message.bound } : { error: message.error ?? 'no socket', code: message.code });
+    else if (message.type === 'start') onStart?.(message);
     else if (gateway) handle(gateway, message);
     else early.push(message);
   });
@@ -40,7 +45,7 @@ export async function runWorker(version: string): Promise<number> {
   const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot });
   const logger = loggers.events;
   try {
-    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false });
+    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false, sockets });
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `worker ${slot} could not start: ${(error as Error).message}`);
     flushLogger(logger);
@@ -123,6 +128,8 @@ export async function runWorker(version: string): Promise<number> {
         return;
       }
       case 'start':
+      case 'connection':
+      case 'socket_acquired':
         return;
     }
   }

@@ -25,7 +25,11 @@ export type ToWorker =
   | { type: 'reload_commit'; id: number }
   /** E6a: some process could not prepare: close what was prepared, keep serving the old config. */
   | { type: 'reload_abort'; id: number }
-  | { type: 'query'; id: number; kind: QueryKind };
+  | { type: 'query'; id: number; kind: QueryKind }
+  /** The answer to `socket_acquire`: where the socket listens, or why it cannot be had. */
+  | { type: 'socket_acquired'; lease: number; bound?: string; error?: string; code?: string | undefined }
+  /** A connection accepted on the socket of `lease` (the socket itself travels as the message's handle). */
+  | { type: 'connection'; lease: number };
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -36,7 +40,12 @@ export type FromWorker =
   | { type: 'hello' }
   | { type: 'ready'; listeners: BoundListener[] }
   | { type: 'start_failed'; message: string }
-  | { type: 'reply'; id: number; value: unknown };
+  | { type: 'reply'; id: number; value: unknown }
+  /** A listener wants its socket (held by the supervisor: see connection-dispatch.ts). */
+  | { type: 'socket_acquire'; lease: number; listener: string; configured: string }
+  /** The listener starts (or stops) taking the socket's connections. */
+  | { type: 'socket_serve'; lease: number; serving: boolean }
+  | { type: 'socket_let_go'; lease: number };
 
 /** A worker's answer to `reload_prepare`. */
 export type ReloadPrepared = { ok: true } | { ok: false; reason: string };

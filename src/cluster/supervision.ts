@@ -9,6 +9,7 @@ import { describeWaiting } from '../lifecycle/progress.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { MetricsJson, StateSources } from '../telemetry/metrics.ts';
 import type { BoundListener } from './messages.ts';
+import type { SocketProvider } from '../server/sockets.ts';
 import { mergeGroupInfo, type ProcessInfo } from './group-info.ts';
 import type { ReloadProblem, Supervisor, WorkerGroup } from './worker-group.ts';
 
@@ -33,8 +34,8 @@ export interface Supervision {
   metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts'>;
   /** Fields added to the `ready` line and to the workers' `listener_started` lines. */
   logFields(): object;
-  /** Once this process listens: starts the workers; resolves with where their listeners listen. */
-  start(fullConfig: Config, supervisor: Supervisor): Promise<BoundListener[]>;
+  /** Once this process listens: starts the workers, whose listeners' sockets come from `sockets`; resolves with where they listen. */
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]>;
   /** Readiness checks of the supervision (every worker serving). */
   healthChecks(): HealthCheck[];
   /** /server_info: this process's info, with the workers' summed and listed. */
@@ -128,9 +129,9 @@ export class GroupSupervision implements Supervision {
     return { workers: this.#workers.size };
   }
 
-  start(fullConfig: Config, supervisor: Supervisor): Promise<BoundListener[]> {
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]> {
     this.#started = fullConfig;
-    return this.#workers.start(fullConfig, supervisor);
+    return this.#workers.start(fullConfig, supervisor, sockets);
   }
 
   healthChecks(): HealthCheck[] {

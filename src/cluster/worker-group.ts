@@ -5,6 +5,9 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
+import type { Socket } from 'node:net';
+import type { SocketProvider } from '../server/sockets.ts';
+import { ConnectionDispatch, type DispatchTarget } from './connection-dispatch.ts';
 import { WORKER_SLOT_ENV, isMessage, type BoundListener, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
 export type WorkerState = 'starting' | 'ready' | 'draining' | 'restarting' | 'exited';
@@ -65,6 +68,8 @@ interface Slot {
   startTimer: NodeJS.Timeout | undefined;
   /** Why the supervisor ended this worker during its start, for the exit line. */
   startProblem: string | undefined;
+  /** The worker as the connection dispatch knows it (one per process). */
+  target: DispatchTarget | undefined;
 }
 
 export class WorkerGroup {
@@ -85,6 +90,7 @@ export class WorkerGroup {
   /** A drain was passed on: the workers that serve are draining (sluice_workers{state}). */
   #draining = false;
   #allExited: (() => void) | undefined;
+  #dispatch: ConnectionDispatch | undefined;
 
   constructor(options: WorkerGroupOptions) {
     this.#options = options;
@@ -100,6 +106,7 @@ export class WorkerGroup {
       queued: [],
       startTimer: undefined,
       startProblem: undefined,
+      target: undefined,
     }));
     cluster.setupPrimary({ serialization: 'advanced' });
   }
@@ -133,11 +140,13 @@ export class WorkerGroup {
   }
 
   /**
-   * Forks every worker; resolves once all serve, with where the listeners they share listen.
+   * Forks every worker; resolves once all serve, with where the listeners they share listen. The
+   * listening sockets come from `sockets` (this process holds them; the workers get connections).
    * Rejects (and stops the others) if one cannot start.
    */
-  start(config: Config, supervisor: Supervisor): Promise<BoundListener[]> {
+  start(config: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]> {
     this.#config = config;
+    this.#dispatch = new ConnectionDispatch(sockets);
     this.#supervisor = supervisor;
     const started = new Promise<BoundListener[]>((resolve, reject) => (this.#starting = { resolve, reject }));
     for (const slot of this.#slots) this.#fork(slot);
@@ -259,6 +268,17 @@ export class WorkerGroup {
     slot.hello = false;
     slot.queued = [];
     slot.startProblem = undefined;
+    slot.target = {
+      pass: (lease: number, socket: Socket) => {
+        if (!worker.isConnected()) return false;
+        try {
+          worker.send({ type: 'connection', lease } satisfies ToWorker, socket);
+          return true;
+        } catch {
+          return false;
+        }
+      },
+    };
     slot.release = this.#supervisor!.hold();
     worker.on('message', (message: unknown) => {
       if (isMessage<FromWorker>(message)) this.#received(slot, message);
@@ -315,6 +335,20 @@ export class WorkerGroup {
       case 'reply':
         this.#queries.get(message.id)?.(slot.index, message.value);
         return;
+      case 'socket_acquire': {
+        const { lease } = message;
+        this.#dispatch!.acquire(slot.target!, lease, message.listener, message.configured).then(
+          (bound) => this.#send(slot, { type: 'socket_acquired', lease, bound }),
+          (error: NodeJS.ErrnoException) => this.#send(slot, { type: 'socket_acquired', lease, error: error.message, code: error.code }),
+        );
+        return;
+      }
+      case 'socket_serve':
+        this.#dispatch!.serve(slot.target!, message.lease, message.serving);
+        return;
+      case 'socket_let_go':
+        this.#dispatch!.letGo(slot.target!, message.lease);
+        return;
     }
   }
 
@@ -323,6 +357,8 @@ export class WorkerGroup {
     const wasReady = slot.state === 'ready';
     const problem = slot.startProblem;
     this.#clearStartTimer(slot);
+    if (slot.target) this.#dispatch?.gone(slot.target);
+    slot.target = undefined;
     slot.worker = undefined;
     slot.state = 'exited';
     // Released after this exit is logged: the last release may end the supervisor's drain, whose

@@ -127,6 +127,11 @@ export interface SocketLease {
   /** From now on `taker` gets the connections (those that waited first). */
   serve(taker: ConnectionTaker): void;
   unserve(taker: ConnectionTaker): void;
+  /**
+   * The connections are passed on to another process (a supervisor's workers): nothing may be read
+   * from them here, so that the bytes a client sends at once reach the process that serves it.
+   */
+  passOn(): void;
   /** The listener is done with it: the socket closes once nobody holds it. */
   letGo(): void;
 }
@@ -160,6 +165,9 @@ export class ListenerSockets implements SocketProvider {
       address: () => socket.address(),
       serve: (taker) => socket.serve(taker),
       unserve: (taker) => socket.unserve(taker),
+      passOn: () => {
+        (socket.server as Server & { pauseOnConnect: boolean }).pauseOnConnect = true;
+      },
       letGo: () => {
         if (socket.letGo(token)) this.#sockets.delete(socket);
       },
