@@ -47,9 +47,9 @@ export class ConnectionRetirement {
     const idleMs = settings.idleTimeoutSecs * 1000;
     if (freshMs === 0 && idleMs === 0) return;
     for (const connection of this.#connections.all()) {
-      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
+      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol.name !== 'tls' && now - connection.acceptedAt >= freshMs) {
         this.#connections.destroy(connection, 'fresh_timeout');
-      } else if (idleMs > 0 && connection.state === 'idle' && connection.gracefulClose && now - connection.idleSince >= idleMs) {
+      } else if (idleMs > 0 && connection.state === 'idle' && connection.protocol.multiplexed && now - connection.idleSince >= idleMs) {
         this.#connections.end(connection, 'idle_timeout');
       }
     }
@@ -88,15 +88,15 @@ export class ConnectionRetirement {
   }
 
   /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets its
-   * GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
+   * Tells one connection to go (E2, E6), through its protocol: HTTP/1.1 closes after its next
+   * response, HTTP/2 gets its GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
    * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
    * process or the listener is going away). Upgraded sessions are left to finish.
    */
   retire(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
     if (connection.retiring || connection.socket.destroyed) return;
     connection.retiring = true;
-    connection.retire?.();
+    connection.protocol.retire();
     if (!closeIdle) return;
     this.#after(timeoutMs, () => {
       if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.#connections.end(connection, reason);

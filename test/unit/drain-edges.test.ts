@@ -12,6 +12,8 @@ import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { DrainSettings, ForceEndable, LifecycleCommand } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
+import { asHttp2 } from '../support/fake-http2.ts';
+import { WebSocketProtocol } from '../../src/server/upgrade.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;
@@ -110,17 +112,10 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
     lifecycle.requestFinished(c.connection);
     return c;
   };
-  /** An HTTP/2 connection: it has a graceful close (GOAWAY) and a retire notice. */
+  /** An HTTP/2 connection over a fake session that counts its GOAWAYs. */
   const h2 = (listener = 'proxy') => {
     const c = connect(listener);
-    const calls = { retire: 0, gracefulClose: 0 };
-    c.connection.protocol = 'h2';
-    c.connection.retire = () => calls.retire++;
-    c.connection.gracefulClose = () => {
-      calls.gracefulClose++;
-      c.socket.destroySoon();
-    };
-    return { ...c, calls };
+    return { ...c, session: asHttp2(c.connection) };
   };
   return {
     clock,
@@ -423,7 +418,7 @@ describe('E3 opt-in reset', () => {
   test("E3: with reset_upgraded_on_proactive_drain, an upgraded session is reset at its moment and counted out as 'proactive_drain_reset'", () => {
     const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     t.advanceSecs(40);
     assert.equal(ws.socket.closedBy, 'destroy');
@@ -438,11 +433,11 @@ describe('E6 retireConnection', () => {
     const c = t.h2();
     t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
     t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
-    assert.equal(c.calls.retire, 1);
+    assert.equal(c.session.goaways, 1);
     const gone = t.h2();
     gone.socket.destroy();
     t.lifecycle.retireConnection(gone.connection, 5_000, 'listener_changed');
-    assert.equal(gone.calls.retire, 0);
+    assert.equal(gone.session.goaways, 0);
     assert.equal(gone.connection.retiring, false);
   });
 
@@ -484,6 +479,7 @@ describe('connection deadlines while serving', () => {
     t.lifecycle.requestStarted(idle.connection);
     t.lifecycle.requestFinished(idle.connection);
     t.advanceSecs(60);
+    assert.equal(idle.session.goaways, 0);
     assert.equal(idle.socket.destroyed, false);
 
     const u = setup({ idleTimeoutSecs: 1 });
@@ -491,7 +487,7 @@ describe('connection deadlines while serving', () => {
     u.lifecycle.requestStarted(busy.connection);
     u.advanceSecs(60);
     assert.equal(busy.socket.destroyed, false);
-    assert.equal(busy.calls.gracefulClose, 0);
+    assert.equal(busy.session.goaways, 0);
   });
 });
 
@@ -544,7 +540,7 @@ describe('L10 connection tracking and the limit', () => {
     const t = setup();
     t.advanceSecs(3);
     const c = t.connect();
-    assert.equal(c.connection.protocol, 'http1');
+    assert.equal(c.connection.protocol.name, 'http1');
     assert.equal(c.connection.state, 'fresh');
     t.lifecycle.requestStarted(c.connection);
     assert.equal(c.connection.state, 'active');
@@ -554,7 +550,7 @@ describe('L10 connection tracking and the limit', () => {
     assert.equal(c.connection.idleSince, 4_000);
 
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     t.lifecycle.requestStarted(ws.connection);
     assert.equal(ws.connection.state, 'upgraded');
     t.lifecycle.requestFinished(ws.connection);
