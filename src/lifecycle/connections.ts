@@ -25,6 +25,8 @@ export interface TrackedConnection {
   inFlight: number;
   /** Set when the connection must close once its current response is done (L3). */
   retiring: boolean;
+  /** E2/E6: a retired connection still idle or fresh at `at` is then ended (checked by the sweep). */
+  drainDeadline: { readonly at: number; readonly reason: string } | undefined;
   closeReason: string | undefined;
 }
 
@@ -118,6 +120,7 @@ export class ConnectionTracker {
       state: 'fresh',
       inFlight: 0,
       retiring: false,
+      drainDeadline: undefined,
       closeReason: undefined,
     };
     connection.protocol = new Http1Protocol(connection);

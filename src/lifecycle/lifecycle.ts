@@ -74,6 +74,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
       settings: () => this.#settings,
       random: this.#random,
       after: (ms, fn) => this.#after(ms, fn),
+      every: (ms, fn) => void this.#timers.add(this.#clock.every(ms, fn)),
     });
   }
 
@@ -189,7 +190,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   markServing(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'serving';
-    this.#timers.add(this.#retirement.startSweep());
+    this.#retirement.startSweep();
   }
 
   #after(ms: number, fn: () => void): void {

@@ -10,6 +10,7 @@ import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/c
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import { SWEEP_MS } from '../../src/lifecycle/retirement.ts';
 import type { DrainSettings, ForceEndable, LifecycleCommand } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
 import { asHttp2 } from '../support/fake-http2.ts';
@@ -458,6 +459,60 @@ describe('E6 retireConnection', () => {
     assert.equal(kept.connection.retiring, true);
     assert.equal(busy.socket.destroyed, false);
     assert.deepEqual(t.closed, ['listener_changed', 'listener_changed']);
+  });
+
+  test('E6: the drain timeout is kept by the sweep: an idle retired connection is ended once it has passed, never before, within one sweep period', () => {
+    const t = setup();
+    t.advanceSecs(1.2); // between two sweeps
+    const idle = t.idle();
+    t.lifecycle.retireConnection(idle.connection, 5_000, 'listener_changed');
+    t.advanceSecs(4.999);
+    assert.equal(idle.socket.destroyed, false, 'before its drain timeout');
+    t.clock.manual.advance(1 + SWEEP_MS);
+    assert.equal(idle.socket.closedBy, 'end');
+    assert.deepEqual(t.closed, ['listener_changed']);
+  });
+
+  test('E6: a retired connection busy at its deadline is left to its retirement: the deadline is checked once, not again when it turns idle', () => {
+    const t = setup();
+    const c = t.idle();
+    t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
+    t.lifecycle.requestStarted(c.connection);
+    t.advanceSecs(6);
+    assert.equal(c.connection.drainDeadline, undefined);
+    t.lifecycle.requestFinished(c.connection);
+    t.advanceSecs(60);
+    assert.equal(c.socket.destroyed, false, 'its next response closes it (Connection: close)');
+    assert.equal(c.connection.retiring, true);
+  });
+
+  test('E6: a retired HTTP/2 connection gets one GOAWAY; its end at the deadline sends no second one', () => {
+    const t = setup();
+    const c = t.h2();
+    t.lifecycle.requestStarted(c.connection);
+    t.lifecycle.requestFinished(c.connection);
+    t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
+    assert.equal(c.session.goaways, 1);
+    t.advanceSecs(5);
+    assert.equal(c.session.goaways, 1);
+    assert.equal(c.connection.closeReason, 'listener_changed');
+  });
+
+  test('E6: a drain timeout set before the lifecycle serves is kept too (the first deadline starts the sweep)', () => {
+    const clock = new ManualClock();
+    const lifecycle = new Lifecycle({
+      clock,
+      log: { info() {}, warn() {} },
+      hooks: { stopAccepting() {}, shutdown: async () => {} },
+      settings: drainSettings(),
+    });
+    const socket = new FakeSocket();
+    const connection = lifecycle.connectionAccepted(socket as unknown as Socket, 'proxy');
+    lifecycle.retireConnection(connection, 1_000, 'listener_changed');
+    clock.advance(999);
+    assert.equal(socket.destroyed, false);
+    clock.advance(1 + SWEEP_MS);
+    assert.equal(socket.closedBy, 'end');
   });
 });
 
