@@ -1,6 +1,9 @@
-// Knows every downstream connection, its listener and its state, so the drain can close idle ones,
-// hold fresh ones (L6) and tell when the last one is gone.
+// Knows every downstream connection, its listener, its state and its protocol, so the drain can
+// close idle ones, hold fresh ones (L6) and tell when the last one is gone. How a connection is
+// told to go, closed or destroyed is its protocol's (ConnectionProtocol): HTTP/1.1 and the TLS
+// handshake are here, HTTP/2 and WebSocket in server/.
 import type { Socket } from 'node:net';
+import type { ConnectionProtocol, ProtocolName } from './contracts.ts';
 
 export type ConnectionState = 'fresh' | 'idle' | 'active' | 'upgraded';
 
@@ -12,18 +15,62 @@ export interface TrackedConnection {
   acceptedAt: number;
   /** When the last request on it finished (for idle timeouts of multiplexed protocols). */
   idleSince: number;
-  /** 'http1', 'h2', or 'tls' while the handshake is under way. */
-  protocol: string;
+  /**
+   * How it ends (`name`: 'http1', 'h2', 'websocket', or 'tls' while the handshake is under way).
+   * HTTP/1.1 when accepted; the listener, the HTTP/2 session and the upgrade replace it.
+   */
+  protocol: ConnectionProtocol;
   state: ConnectionState;
   /** Requests in flight on this connection (HTTP/1.1 pipelining may make it more than one). */
   inFlight: number;
   /** Set when the connection must close once its current response is done (L3). */
   retiring: boolean;
+  /** E2/E6: a retired connection still idle or fresh at `at` is then ended (checked by the sweep). */
+  drainDeadline: { readonly at: number; readonly reason: string } | undefined;
   closeReason: string | undefined;
-  /** How to close it gracefully when the protocol has its own way (HTTP/2: GOAWAY, open streams finish). */
-  gracefulClose: (() => void) | undefined;
-  /** How to tell a multiplexed connection's client to go elsewhere soon (HTTP/2: GOAWAY). */
-  retire: (() => void) | undefined;
+}
+
+/**
+ * A protocol with nothing of its own to say when the connection ends: the socket's FIN, or its
+ * reset, is the goodbye. Retiring sends nothing.
+ */
+export abstract class SocketProtocol implements ConnectionProtocol {
+  abstract readonly name: ProtocolName;
+  readonly multiplexed = false;
+  readonly #connection: { readonly socket: Socket };
+
+  /** The connection, not its socket: a TLS hand-over replaces the socket. */
+  constructor(connection: { readonly socket: Socket }) {
+    this.#connection = connection;
+  }
+
+  retire(): void {}
+
+  /** FIN after pending writes, then destroyed: a peer that never answers the FIN cannot hold the drain open. */
+  close(): void {
+    this.#connection.socket.destroySoon();
+  }
+
+  destroy(): void {
+    this.#connection.socket.destroy();
+  }
+}
+
+/**
+ * HTTP/1.1, every connection's protocol until told otherwise. Retiring it sends nothing: its
+ * `retiring` makes its next response carry `Connection: close` (L3), as closing it under a client
+ * that may be sending its next request would lose that request.
+ */
+export class Http1Protocol extends SocketProtocol {
+  readonly name = 'http1';
+}
+
+/**
+ * A TLS connection until its handshake completes: no request can have begun, and the handshake's
+ * own timeout bounds it, not the fresh-connection timeout.
+ */
+export class TlsHandshake extends SocketProtocol {
+  readonly name = 'tls';
 }
 
 export interface ConnectionEvents {
@@ -69,14 +116,14 @@ export class ConnectionTracker {
       listener,
       acceptedAt: this.#now(),
       idleSince: 0,
-      protocol: 'http1',
+      protocol: undefined!, // just below: it needs the connection
       state: 'fresh',
       inFlight: 0,
       retiring: false,
+      drainDeadline: undefined,
       closeReason: undefined,
-      gracefulClose: undefined,
-      retire: undefined,
     };
+    connection.protocol = new Http1Protocol(connection);
     this.#watch(connection, socket);
     this.#events.accepted(connection);
     return connection;
@@ -118,25 +165,22 @@ export class ConnectionTracker {
     return true;
   }
 
-  upgraded(connection: TrackedConnection): void {
+  /** The connection now carries `protocol` (a WebSocket session) until it closes. */
+  upgraded(connection: TrackedConnection, protocol: ConnectionProtocol): void {
     connection.state = 'upgraded';
+    connection.protocol = protocol;
   }
 
-  /** Ends the connection gracefully (FIN after pending writes), recording why. */
+  /** Ends the connection gracefully, as its protocol does (see ConnectionProtocol.close), recording why. */
   end(connection: TrackedConnection, reason: string): void {
     connection.closeReason ??= reason;
-    if (connection.gracefulClose) {
-      connection.gracefulClose();
-      return;
-    }
-    // Sends FIN after pending writes, then destroys: a peer that never answers our FIN must not
-    // hold the drain open.
-    connection.socket.destroySoon();
+    connection.protocol.close();
   }
 
+  /** Ends the connection now, recording why. */
   destroy(connection: TrackedConnection, reason: string): void {
     connection.closeReason ??= reason;
-    connection.socket.destroy();
+    connection.protocol.destroy();
   }
 
   *all(): IterableIterator<TrackedConnection> {

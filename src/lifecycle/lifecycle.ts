@@ -74,6 +74,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
       settings: () => this.#settings,
       random: this.#random,
       after: (ms, fn) => this.#after(ms, fn),
+      every: (ms, fn) => void this.#timers.add(this.#clock.every(ms, fn)),
     });
   }
 
@@ -189,7 +190,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   markServing(): void {
     if (this.#state !== 'starting') return;
     this.#state = 'serving';
-    this.#timers.add(this.#retirement.startSweep());
+    this.#retirement.startSweep();
   }
 
   #after(ms: number, fn: () => void): void {
@@ -255,11 +256,11 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   requestFinished(connection: TrackedConnection | undefined): void {
     this.#inFlight--;
     if (connection && this.connections.requestFinished(connection) && (connection.retiring || this.shouldRetire(connection.listener))) {
-      // L3: a response that began before the drain has finished. HTTP/2 says goodbye with GOAWAY,
-      // whose last stream id tells the client what was not processed, and once the listeners are closed everything goes (L6). An
+      // L3: a response that began before the drain has finished. A multiplexed protocol (HTTP/2)
+      // says goodbye with GOAWAY, whose last stream id tells the client what was not processed, and once the listeners are closed everything goes (L6). An
       // HTTP/1.1 connection inside the window is not closed under its client, which may be sending
       // its next request right now: that next response carries `Connection: close` instead.
-      if (connection.gracefulClose || this.#state === 'closing') this.connections.end(connection, 'drain_retired');
+      if (connection.protocol.multiplexed || this.#state === 'closing') this.connections.end(connection, 'drain_retired');
       else connection.retiring = true;
     }
     this.#check();

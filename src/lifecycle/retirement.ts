@@ -1,13 +1,18 @@
 // Connection retirement: one connection told to go (E2, E6), the proactive drain over the last
-// third of the drain time (E2, E3), and the one sweep timer for the fresh and idle deadlines. The
-// Lifecycle owns it and hands it what it needs; the drain plan and the states stay there.
-import type { Clock, TimerHandle } from './clock.ts';
+// third of the drain time (E2, E3), and the one sweep timer for the connections' deadlines (fresh,
+// idle, and a retired connection's drain timeout). The Lifecycle owns it and hands it what it
+// needs; the drain plan and the states stay there. How a connection is told or ended is its
+// protocol's business (ConnectionProtocol).
+import type { Clock } from './clock.ts';
 import type { ConnectionTracker, TrackedConnection } from './connections.ts';
 import type { DrainSettings } from './contracts.ts';
 import { proactiveDrainAt } from './drain-policy.ts';
 
-/** How often connection deadlines (fresh and idle timeouts) are checked. */
-const SWEEP_MS = 500;
+/**
+ * How often connection deadlines are checked: each is met within this long after it has passed
+ * (a connection is ended at the first sweep at or after its deadline).
+ */
+export const SWEEP_MS = 500;
 
 export interface RetirementNeeds {
   readonly clock: Clock;
@@ -17,6 +22,8 @@ export interface RetirementNeeds {
   readonly random: () => number;
   /** A one-shot timer, cancelled if the process exits first. */
   after(ms: number, fn: () => void): void;
+  /** A repeating timer, cancelled when the process exits. */
+  every(ms: number, fn: () => void): void;
 }
 
 export class ConnectionRetirement {
@@ -25,6 +32,8 @@ export class ConnectionRetirement {
   readonly #settings: () => DrainSettings;
   readonly #random: () => number;
   readonly #after: (ms: number, fn: () => void) => void;
+  readonly #every: (ms: number, fn: () => void) => void;
+  #sweeping = false;
 
   constructor(needs: RetirementNeeds) {
     this.#clock = needs.clock;
@@ -32,11 +41,14 @@ export class ConnectionRetirement {
     this.#settings = () => needs.settings();
     this.#random = needs.random;
     this.#after = (ms, fn) => needs.after(ms, fn);
+    this.#every = (ms, fn) => needs.every(ms, fn);
   }
 
-  /** Starts the sweep timer (once serving); the caller cancels it. */
-  startSweep(): TimerHandle {
-    return this.#clock.every(SWEEP_MS, () => this.#sweep());
+  /** Starts the sweep timer (once serving, or when a drain deadline is set before). Idempotent. */
+  startSweep(): void {
+    if (this.#sweeping) return;
+    this.#sweeping = true;
+    this.#every(SWEEP_MS, () => this.#sweep());
   }
 
   /** One timer for every connection deadline, instead of a timer per connection. */
@@ -45,11 +57,20 @@ export class ConnectionRetirement {
     const settings = this.#settings();
     const freshMs = settings.freshTimeoutSecs * 1000;
     const idleMs = settings.idleTimeoutSecs * 1000;
-    if (freshMs === 0 && idleMs === 0) return;
     for (const connection of this.#connections.all()) {
-      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol !== 'tls' && now - connection.acceptedAt >= freshMs) {
+      const deadline = connection.drainDeadline;
+      if (deadline && now >= deadline.at) {
+        // Checked once: one busy now is left to its retirement (its next response, or its last
+        // stream, ends it).
+        connection.drainDeadline = undefined;
+        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) {
+          this.#connections.end(connection, deadline.reason);
+          continue;
+        }
+      }
+      if (freshMs > 0 && connection.state === 'fresh' && connection.protocol.name !== 'tls' && now - connection.acceptedAt >= freshMs) {
         this.#connections.destroy(connection, 'fresh_timeout');
-      } else if (idleMs > 0 && connection.state === 'idle' && connection.gracefulClose && now - connection.idleSince >= idleMs) {
+      } else if (idleMs > 0 && connection.state === 'idle' && connection.protocol.multiplexed && now - connection.idleSince >= idleMs) {
         this.#connections.end(connection, 'idle_timeout');
       }
     }
@@ -88,18 +109,17 @@ export class ConnectionRetirement {
   }
 
   /**
-   * Tells one connection to go (E2, E6): HTTP/1.1 closes after its next response, HTTP/2 gets its
-   * GOAWAY. With `closeIdle`, an idle HTTP/1.1 one is closed once
-   * `timeoutMs` has passed (a client may be reusing it at that moment: only worth it when the
-   * process or the listener is going away). Upgraded sessions are left to finish.
+   * Tells one connection to go (E2, E6), through its protocol: HTTP/1.1 closes after its next
+   * response, HTTP/2 gets its GOAWAY. With `closeIdle`, one that is idle or fresh once `timeoutMs`
+   * has passed is then ended, by the sweep (a client may be reusing it at that moment: only worth
+   * it when the process or the listener is going away). Upgraded sessions are left to finish.
    */
   retire(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
     if (connection.retiring || connection.socket.destroyed) return;
     connection.retiring = true;
-    connection.retire?.();
+    connection.protocol.retire();
     if (!closeIdle) return;
-    this.#after(timeoutMs, () => {
-      if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) this.#connections.end(connection, reason);
-    });
+    connection.drainDeadline = { at: this.#clock.now() + timeoutMs, reason };
+    this.startSweep();
   }
 }

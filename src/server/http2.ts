@@ -9,19 +9,54 @@
 // at once, and its id above the GOAWAY's last stream id tells the client it was not processed and
 // is safe to retry on a new connection.
 import type { ServerHttp2Session } from 'node:http2';
+import type { ConnectionProtocol } from '../lifecycle/contracts.ts';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 
+/** The part of a session its protocol object uses (a test gives its own). */
+export type Http2SessionLike = Pick<ServerHttp2Session, 'closed' | 'destroyed' | 'close'>;
+
+/**
+ * A connection carrying an HTTP/2 session. Retiring and closing it are the same: the GOAWAY with
+ * the last stream id, after which open streams finish and the session ends (L4). Closing a session
+ * is a GOAWAY, never a reset socket.
+ */
+export class Http2Protocol implements ConnectionProtocol {
+  readonly name = 'h2';
+  readonly multiplexed = true;
+  readonly #session: Http2SessionLike;
+  readonly #connection: TrackedConnection;
+
+  constructor(session: Http2SessionLike, connection: TrackedConnection) {
+    this.#session = session;
+    this.#connection = connection;
+  }
+
+  /** L4: the GOAWAY; the session ends when its open streams have. Idempotent: one GOAWAY. */
+  retire(): void {
+    this.#connection.retiring = true;
+    if (!this.#session.closed && !this.#session.destroyed) this.#session.close();
+  }
+
+  close(): void {
+    this.retire();
+  }
+
+  destroy(): void {
+    this.#connection.socket.destroy();
+  }
+}
+
+/** The HTTP/2 sessions of one protocol server (a listener's generation). */
 export class Http2Sessions {
   readonly #connections = new WeakMap<ServerHttp2Session, TrackedConnection>();
-  readonly #sessions = new Set<ServerHttp2Session>();
+  readonly #sessions = new Map<ServerHttp2Session, Http2Protocol>();
 
+  /** The session runs over `connection`, which from now on ends as HTTP/2 does. */
   add(session: ServerHttp2Session, connection: TrackedConnection): void {
-    connection.protocol = 'h2';
+    const protocol = new Http2Protocol(session, connection);
+    connection.protocol = protocol;
     this.#connections.set(session, connection);
-    this.#sessions.add(session);
-    // Closing a session is a GOAWAY, never a reset socket.
-    connection.gracefulClose = () => this.retire(session);
-    connection.retire = () => this.retire(session);
+    this.#sessions.set(session, protocol);
     session.once('close', () => this.#sessions.delete(session));
     session.on('error', () => session.destroy());
   }
@@ -30,14 +65,8 @@ export class Http2Sessions {
     return this.#connections.get(session);
   }
 
-  /** L4: the GOAWAY with the last stream id; the session ends when its open streams have. Idempotent. */
-  retire(session: ServerHttp2Session): void {
-    const connection = this.#connections.get(session);
-    if (connection) connection.retiring = true;
-    if (!session.closed && !session.destroyed) session.close();
-  }
-
+  /** L4: every open session gets its GOAWAY (an immediate drain, a failed health check). */
   retireAll(): void {
-    for (const session of this.#sessions) this.retire(session);
+    for (const protocol of this.#sessions.values()) protocol.retire();
   }
 }

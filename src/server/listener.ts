@@ -19,7 +19,7 @@ import type { Duplex } from 'node:stream';
 import type { DownstreamConfig, ListenerConfig, Protocol, TlsConfig } from '../config/schema.ts';
 import { listenerProtocols } from '../config/schema.ts';
 import type { ListenerLifecycle } from '../lifecycle/contracts.ts';
-import type { TrackedConnection } from '../lifecycle/connections.ts';
+import { Http1Protocol, TlsHandshake, type TrackedConnection } from '../lifecycle/connections.ts';
 import { sendClientError } from './client-error.ts';
 import { Http2Sessions } from './http2.ts';
 import { isHttp2Request } from './context.ts';
@@ -152,7 +152,7 @@ export class Listener {
       });
       tlsServer.on('connection', (socket: Socket) => {
         const connection = lifecycle.admitConnection(socket, this.name);
-        if (connection) connection.protocol = 'tls';
+        if (connection) connection.protocol = new TlsHandshake(connection);
       });
       tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
       tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
@@ -349,12 +349,13 @@ export class Listener {
   }
 
   #serve(generation: Generation, socket: Socket, connection: TrackedConnection, protocol: Protocol): void {
-    connection.protocol = protocol;
     if (protocol === 'h2' && generation.http2) {
+      // Its session, started at once, gives the connection its HTTP/2 protocol (Http2Sessions.add).
       generation.pendingConnection = connection;
       generation.http2.emit('connection', socket);
       generation.pendingConnection = undefined;
     } else if (generation.http1) {
+      connection.protocol = new Http1Protocol(connection);
       generation.http1.emit('connection', socket);
     } else {
       socket.destroy();

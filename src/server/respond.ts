@@ -9,13 +9,15 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
   const res = ctx.res;
   const connection = ctx.connection;
   if (connection?.retiring || decision.shouldRetire(ctx.listener)) {
-    if (ctx.protocol === 'http1') {
-      // L3: decided now. Node then writes `Connection: close` and closes the socket after this response.
-      res.shouldKeepAlive = false;
-      if (connection) connection.retiring = true;
+    // L3: decided now. An HTTP/1.1 response then carries `Connection: close`, and Node closes the
+    // socket after it.
+    if (ctx.protocol === 'http1') res.shouldKeepAlive = false;
+    // The connection is told through its protocol: HTTP/2 gets the GOAWAY now, with the last
+    // stream id (L4), and streams the client already sent complete; HTTP/1.1 has nothing to send.
+    if (connection && !connection.retiring) {
+      connection.retiring = true;
+      connection.protocol.retire();
     }
-    // HTTP/2: the GOAWAY now, with the last stream id (L4); streams the client already sent complete.
-    else if (connection && !connection.retiring) connection.retire?.();
   }
   headers['x-request-id'] = ctx.id;
   res.writeHead(status, headers);

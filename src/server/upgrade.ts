@@ -6,6 +6,17 @@ import { UpgradeContext } from './context.ts';
 import { createExchangeRecorder, logIfDraining, pathOf, type RequestServices } from './requests.ts';
 import type { Listener } from './listener.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
+import { SocketProtocol } from '../lifecycle/connections.ts';
+
+/**
+ * A connection upgraded to a WebSocket session. It cannot be told to go away (E3): retiring it
+ * sends nothing, and the proactive drain leaves it to finish unless
+ * `reset_upgraded_on_proactive_drain` has it destroyed. Closing it gracefully is its socket's FIN
+ * after pending writes (a forced end has written the session's 1001 close frame first, L8).
+ */
+export class WebSocketProtocol extends SocketProtocol {
+  readonly name = 'websocket';
+}
 
 export interface UpgradeRoute {
   /** Takes over the socket; calls `finished(status)` exactly once when the exchange is over. */
@@ -70,7 +81,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     };
     socket.on('error', () => socket.destroy());
     if (!route) return refuseUpgrade(ctx, errors.noWebSocketRoute(path), finished);
-    if (connection) lifecycle.connections.upgraded(connection);
+    if (connection) lifecycle.connections.upgraded(connection, new WebSocketProtocol(connection));
     try {
       route.handle(ctx, finished);
     } catch (error) {

@@ -9,6 +9,7 @@ import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-po
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { DrainSettings } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
+import { WebSocketProtocol } from '../../src/server/upgrade.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;
@@ -137,7 +138,7 @@ describe('E2/E3: proactive drain', () => {
     t.lifecycle.requestStarted(busy.connection);
     const ws = t.connect();
     t.lifecycle.requestStarted(ws.connection);
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     return { idle, busy, ws };
   };

@@ -10,8 +10,11 @@ import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/c
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
+import { SWEEP_MS } from '../../src/lifecycle/retirement.ts';
 import type { DrainSettings, ForceEndable, LifecycleCommand } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
+import { asHttp2 } from '../support/fake-http2.ts';
+import { WebSocketProtocol } from '../../src/server/upgrade.ts';
 
 class FakeSocket extends EventEmitter {
   destroyed = false;
@@ -110,17 +113,10 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
     lifecycle.requestFinished(c.connection);
     return c;
   };
-  /** An HTTP/2 connection: it has a graceful close (GOAWAY) and a retire notice. */
+  /** An HTTP/2 connection over a fake session that counts its GOAWAYs. */
   const h2 = (listener = 'proxy') => {
     const c = connect(listener);
-    const calls = { retire: 0, gracefulClose: 0 };
-    c.connection.protocol = 'h2';
-    c.connection.retire = () => calls.retire++;
-    c.connection.gracefulClose = () => {
-      calls.gracefulClose++;
-      c.socket.destroySoon();
-    };
-    return { ...c, calls };
+    return { ...c, session: asHttp2(c.connection) };
   };
   return {
     clock,
@@ -423,7 +419,7 @@ describe('E3 opt-in reset', () => {
   test("E3: with reset_upgraded_on_proactive_drain, an upgraded session is reset at its moment and counted out as 'proactive_drain_reset'", () => {
     const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     t.advanceSecs(40);
     assert.equal(ws.socket.closedBy, 'destroy');
@@ -438,11 +434,11 @@ describe('E6 retireConnection', () => {
     const c = t.h2();
     t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
     t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
-    assert.equal(c.calls.retire, 1);
+    assert.equal(c.session.goaways, 1);
     const gone = t.h2();
     gone.socket.destroy();
     t.lifecycle.retireConnection(gone.connection, 5_000, 'listener_changed');
-    assert.equal(gone.calls.retire, 0);
+    assert.equal(gone.session.goaways, 0);
     assert.equal(gone.connection.retiring, false);
   });
 
@@ -464,6 +460,60 @@ describe('E6 retireConnection', () => {
     assert.equal(busy.socket.destroyed, false);
     assert.deepEqual(t.closed, ['listener_changed', 'listener_changed']);
   });
+
+  test('E6: the drain timeout is kept by the sweep: an idle retired connection is ended once it has passed, never before, within one sweep period', () => {
+    const t = setup();
+    t.advanceSecs(1.2); // between two sweeps
+    const idle = t.idle();
+    t.lifecycle.retireConnection(idle.connection, 5_000, 'listener_changed');
+    t.advanceSecs(4.999);
+    assert.equal(idle.socket.destroyed, false, 'before its drain timeout');
+    t.clock.manual.advance(1 + SWEEP_MS);
+    assert.equal(idle.socket.closedBy, 'end');
+    assert.deepEqual(t.closed, ['listener_changed']);
+  });
+
+  test('E6: a retired connection busy at its deadline is left to its retirement: the deadline is checked once, not again when it turns idle', () => {
+    const t = setup();
+    const c = t.idle();
+    t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
+    t.lifecycle.requestStarted(c.connection);
+    t.advanceSecs(6);
+    assert.equal(c.connection.drainDeadline, undefined);
+    t.lifecycle.requestFinished(c.connection);
+    t.advanceSecs(60);
+    assert.equal(c.socket.destroyed, false, 'its next response closes it (Connection: close)');
+    assert.equal(c.connection.retiring, true);
+  });
+
+  test('E6: a retired HTTP/2 connection gets one GOAWAY; its end at the deadline sends no second one', () => {
+    const t = setup();
+    const c = t.h2();
+    t.lifecycle.requestStarted(c.connection);
+    t.lifecycle.requestFinished(c.connection);
+    t.lifecycle.retireConnection(c.connection, 5_000, 'listener_changed');
+    assert.equal(c.session.goaways, 1);
+    t.advanceSecs(5);
+    assert.equal(c.session.goaways, 1);
+    assert.equal(c.connection.closeReason, 'listener_changed');
+  });
+
+  test('E6: a drain timeout set before the lifecycle serves is kept too (the first deadline starts the sweep)', () => {
+    const clock = new ManualClock();
+    const lifecycle = new Lifecycle({
+      clock,
+      log: { info() {}, warn() {} },
+      hooks: { stopAccepting() {}, shutdown: async () => {} },
+      settings: drainSettings(),
+    });
+    const socket = new FakeSocket();
+    const connection = lifecycle.connectionAccepted(socket as unknown as Socket, 'proxy');
+    lifecycle.retireConnection(connection, 1_000, 'listener_changed');
+    clock.advance(999);
+    assert.equal(socket.destroyed, false);
+    clock.advance(1 + SWEEP_MS);
+    assert.equal(socket.closedBy, 'end');
+  });
 });
 
 describe('connection deadlines while serving', () => {
@@ -484,6 +534,7 @@ describe('connection deadlines while serving', () => {
     t.lifecycle.requestStarted(idle.connection);
     t.lifecycle.requestFinished(idle.connection);
     t.advanceSecs(60);
+    assert.equal(idle.session.goaways, 0);
     assert.equal(idle.socket.destroyed, false);
 
     const u = setup({ idleTimeoutSecs: 1 });
@@ -491,7 +542,7 @@ describe('connection deadlines while serving', () => {
     u.lifecycle.requestStarted(busy.connection);
     u.advanceSecs(60);
     assert.equal(busy.socket.destroyed, false);
-    assert.equal(busy.calls.gracefulClose, 0);
+    assert.equal(busy.session.goaways, 0);
   });
 });
 
@@ -544,7 +595,7 @@ describe('L10 connection tracking and the limit', () => {
     const t = setup();
     t.advanceSecs(3);
     const c = t.connect();
-    assert.equal(c.connection.protocol, 'http1');
+    assert.equal(c.connection.protocol.name, 'http1');
     assert.equal(c.connection.state, 'fresh');
     t.lifecycle.requestStarted(c.connection);
     assert.equal(c.connection.state, 'active');
@@ -554,7 +605,7 @@ describe('L10 connection tracking and the limit', () => {
     assert.equal(c.connection.idleSince, 4_000);
 
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     t.lifecycle.requestStarted(ws.connection);
     assert.equal(ws.connection.state, 'upgraded');
     t.lifecycle.requestFinished(ws.connection);

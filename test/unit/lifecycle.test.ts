@@ -10,7 +10,9 @@ import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { DrainSettings, ForceEndable, LifecycleCommand, LifecycleHooks } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
-import type { TrackedConnection } from '../../src/lifecycle/connections.ts';
+import { TlsHandshake, type TrackedConnection } from '../../src/lifecycle/connections.ts';
+import { WebSocketProtocol } from '../../src/server/upgrade.ts';
+import { asHttp2 } from '../support/fake-http2.ts';
 
 /** A socket as far as the lifecycle can tell: it closes (emits 'close') when destroyed. */
 class FakeSocket extends EventEmitter {
@@ -370,11 +372,10 @@ describe('L3 retiring connections', () => {
   test("L3: an HTTP/2 connection whose last stream finishes during the drain is ended with its GOAWAY ('drain_retired')", () => {
     const t = setup({ minDrainSecs: 30 });
     const { connection } = t.active();
-    let goodbyes = 0;
-    connection.gracefulClose = () => goodbyes++;
+    const session = asHttp2(connection);
     void t.lifecycle.drain('SIGTERM');
     t.lifecycle.requestFinished(connection);
-    assert.equal(goodbyes, 1);
+    assert.equal(session.goaways, 1);
     assert.equal(connection.closeReason, 'drain_retired');
   });
 
@@ -469,7 +470,7 @@ describe('L6 connections after the listeners close', () => {
   test('L7: a WebSocket session holds the drain (in flight) until its socket closes', async () => {
     const t = setup({ minDrainSecs: 0 });
     const ws = t.active('ws');
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     assert.equal(ws.connection.state, 'upgraded');
     const done = watch(t.lifecycle.drain('SIGTERM'));
     t.advanceSecs(3600);
@@ -504,13 +505,12 @@ describe('L6 connections after the listeners close', () => {
 });
 
 describe('connection deadlines, hand-over and graceful close', () => {
-  test('L4: a connection with a graceful-close hook (HTTP/2 GOAWAY) is ended through the hook, not with a FIN', () => {
+  test('L4: an HTTP/2 connection is ended with its GOAWAY, not with a FIN', () => {
     const t = setup({ minDrainSecs: 0 });
     const h2 = t.idle('h2');
-    let goaways = 0;
-    h2.connection.gracefulClose = () => goaways++;
+    const session = asHttp2(h2.connection);
     void t.lifecycle.drain('SIGTERM');
-    assert.equal(goaways, 1);
+    assert.equal(session.goaways, 1);
     assert.equal(h2.socket.destroySoonCalls, 0);
     assert.equal(h2.connection.closeReason, 'drain_idle');
     assert.equal(t.lifecycle.state, 'closing', 'the session is still open until its peer closes');
@@ -524,7 +524,7 @@ describe('connection deadlines, hand-over and graceful close', () => {
       (_c, reason) => closed.push(reason),
     );
     const raw = t.connect('raw');
-    raw.connection.protocol = 'tls';
+    raw.connection.protocol = new TlsHandshake(raw.connection);
     t.advanceSecs(2);
     const tls = new FakeSocket(443);
     t.lifecycle.connections.handOver(raw.connection, tls as unknown as Socket);
@@ -544,7 +544,7 @@ describe('connection deadlines, hand-over and graceful close', () => {
     const t = setup({ freshTimeoutSecs: 30 });
     const silent = t.connect('silent');
     const handshaking = t.connect('handshaking');
-    handshaking.connection.protocol = 'tls';
+    handshaking.connection.protocol = new TlsHandshake(handshaking.connection);
     const used = t.idle('used');
     t.clock.advance(29_999);
     assert.equal(silent.socket.destroyed, false);
@@ -559,16 +559,15 @@ describe('connection deadlines, hand-over and graceful close', () => {
     const t = setup({ idleTimeoutSecs: 60 });
     const h1 = t.idle('h1');
     const h2 = t.connect('h2');
-    let goaways = 0;
-    h2.connection.gracefulClose = () => goaways++;
+    const session = asHttp2(h2.connection);
     t.advanceSecs(10);
     t.lifecycle.requestStarted(h2.connection);
     t.lifecycle.requestFinished(h2.connection);
     assert.equal(h2.connection.idleSince, 10_000);
     t.advanceSecs(59);
-    assert.equal(goaways, 0);
+    assert.equal(session.goaways, 0);
     t.advanceSecs(1);
-    assert.equal(goaways, 1);
+    assert.equal(session.goaways, 1);
     assert.equal(h2.connection.closeReason, 'idle_timeout');
     assert.equal(h1.socket.destroyed, false);
   });
@@ -636,7 +635,7 @@ describe('L8 forced drain', () => {
   test('L8: a WebSocket session in flight is ended gracefully (FIN after its close frame), not destroyed', () => {
     const t = setup({ minDrainSecs: 30 });
     const ws = t.active('ws');
-    t.lifecycle.connections.upgraded(ws.connection);
+    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     t.lifecycle.force('second SIGTERM');
     assert.equal(ws.socket.closedBy, 'end');

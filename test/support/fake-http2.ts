@@ -1,0 +1,21 @@
+// An HTTP/2 session as its connection's protocol (src/server/http2.ts, Http2Protocol) uses it, with
+// no socket: close() is the GOAWAY, counted.
+import type { TrackedConnection } from '../../src/lifecycle/connections.ts';
+import { Http2Protocol } from '../../src/server/http2.ts';
+
+export class FakeHttp2Session {
+  closed = false;
+  destroyed = false;
+  goaways = 0;
+  close(): void {
+    this.goaways++;
+    this.closed = true;
+  }
+}
+
+/** Makes `connection` an HTTP/2 one over a fake session, and returns the session. */
+export function asHttp2(connection: TrackedConnection): FakeHttp2Session {
+  const session = new FakeHttp2Session();
+  connection.protocol = new Http2Protocol(session, connection);
+  return session;
+}
