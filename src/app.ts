@@ -22,6 +22,7 @@ import { oneProcess, type Supervision } from './cluster/supervision.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
+  readonly metrics: Metrics;
   /** Starts the drain; resolves with the exit code (the same promise on every call). */
   drain(trigger: string): Promise<number>;
   /** L8: a second signal ends the drain now. */
@@ -60,6 +61,17 @@ export interface GatewayOptions {
   announceReady?: boolean;
   /** Where the listeners get their sockets (default: sockets of this process's own, bound here). */
   sockets?: SocketProvider;
+  /** E4/E7: start with the health check failed (carried over by a hot restart). */
+  healthCheckFailed?: boolean;
+  /** E7: this process is a generation under a keeper: the admin API can ask for a hot restart. */
+  hotRestart?: HotRestartControl;
+}
+
+/** What the admin API and /server_info know of hot restart (E7). */
+export interface HotRestartControl {
+  info(): object;
+  /** Asks the keeper for a hot restart; it reports the result itself. */
+  request(trigger: string): void;
 }
 
 /** The lifecycle's settings, every field filled: the schema's defaults, and the drain time defaults to the window (applied here once, not in the lifecycle). */
@@ -156,7 +168,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     listeners: listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
   });
   const serverInfo = async (): Promise<object> => {
-    const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000) };
+    const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000), pid: process.pid, hot_restart: options.hotRestart?.info() ?? null };
     return { ...head, ...(await supervision.groupInfo(info())) };
   };
   const renderMetrics = async (): Promise<string> => metrics.render(await supervision.workerMetrics());
@@ -169,6 +181,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       drainTimeSecs: c.shutdown.drain_time_secs ?? c.shutdown.min_drain_secs,
       serverInfo,
       renderMetrics,
+      hotRestart: options.hotRestart,
     });
   let admin = createAdmin(config);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
@@ -201,6 +214,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const newListener = (l: Config['listeners'][number], c: Config) => new Listener(l, c.downstream, lifecycle, logger, handlersFor(l.role), sockets);
 
   registerScopes(config);
+  if (options.healthCheckFailed) lifecycle.failHealthCheck();
   listeners = config.listeners.map((l) => newListener(l, config));
   try {
     for (const listener of listeners) await open(listener);
@@ -377,6 +391,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
 
   return {
     lifecycle,
+    metrics,
     drain: (trigger) => lifecycle.drain(trigger),
     force: (reason) => lifecycle.force(reason),
     reload,

@@ -11,6 +11,9 @@ import { startGateway, type RunningGateway } from './app.ts';
 import { WorkerGroup } from './cluster/worker-group.ts';
 import { GroupSupervision, oneProcess, type Supervision } from './cluster/supervision.ts';
 import { runWorker } from './worker.ts';
+import { Keeper } from './hot-restart/keeper.ts';
+import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
+import { requestRestart } from './hot-restart/restart-command.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -19,12 +22,16 @@ const HELP = `sluice ${version}: an OpenAI-compatible AI gateway that drains wit
 Usage:
   sluice [serve] [--config FILE]     run the gateway (default: the embedded config)
   sluice validate [--config FILE]    check a config file; prints every problem and exits 1 if any
+  sluice restart [--config FILE] [--admin URL] [--token TOKEN]
+                                     hot restart (hot_restart.enabled): a new generation takes the
+                                     sockets, then the old one drains; waits and says how it went
   sluice --version | --help
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
 proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
 Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once; SIGHUP reloads
-the config. With workers > 1, signal the supervisor (the process started); workers follow it.
+the config; SIGUSR2 hot restarts (hot_restart.enabled). With workers > 1 or hot restart, signal
+the process started; the others follow it.
 Docs: docs/configuration.md
 `;
 
@@ -38,7 +45,13 @@ async function main(argv: string[]): Promise<number> {
     parsed = parseArgs({
       args: argv,
       allowPositionals: true,
-      options: { config: { type: 'string', short: 'c' }, version: { type: 'boolean', short: 'v' }, help: { type: 'boolean', short: 'h' } },
+      options: {
+        config: { type: 'string', short: 'c' },
+        version: { type: 'boolean', short: 'v' },
+        help: { type: 'boolean', short: 'h' },
+        admin: { type: 'string' },
+        token: { type: 'string' },
+      },
     });
   } catch (error) {
     process.stderr.write(`sluice: ${(error as Error).message}\n\n${HELP}`);
@@ -54,7 +67,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const command = positionals[0] ?? 'serve';
-  if (positionals.length > 1 || (command !== 'serve' && command !== 'validate')) {
+  if (positionals.length > 1 || (command !== 'serve' && command !== 'validate' && command !== 'restart')) {
     process.stderr.write(`sluice: unknown command "${positionals.join(' ')}"\n\n${HELP}`);
     return 2;
   }
@@ -67,26 +80,54 @@ async function main(argv: string[]): Promise<number> {
     process.stderr.write(`sluice: ${error.message}\n`);
     return 1;
   }
+  if (command === 'restart') return requestRestart(config, { admin: values.admin, token: values.token ?? process.env.SLUICE_ADMIN_TOKEN });
   if (command === 'validate') {
     process.stdout.write(
       `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys, ${workerCount(config, availableParallelism())} workers\n`,
     );
     return 0;
   }
-  return serve(config, file);
+  const generation = generationNumber();
+  if (config.hot_restart.enabled && generation === 0) return keep(config, argv);
+  return serve(config, file, generation);
 }
 
-async function serve(config: Config, file: string | undefined): Promise<number> {
-  const loggers = createLoggers({ level: config.log.level, format: config.log.format });
+/** E7: this process stays and runs the gateway as generations (see hot-restart/keeper.ts). */
+function keep(config: Config, argv: string[]): Promise<number> {
+  const loggers = createLoggers({ level: config.log.level, format: config.log.format, generation: 0 });
+  const keeper = new Keeper({ args: argv, log: loggers.events, startTimeoutSecs: config.hot_restart.start_timeout_secs });
+  loggers.events.info({ event: 'keeper_started', start_timeout_secs: config.hot_restart.start_timeout_secs }, 'hot restart enabled: this process keeps the gateway\'s generations (send SIGUSR2 or run `sluice restart` to replace the one serving)');
+  return keeper.run().then((code) => {
+    loggers.events.info({ event: 'keeper_exit', exit_code: code }, 'keeper exiting');
+    flushLogger(loggers.events);
+    return code;
+  });
+}
+
+async function serve(config: Config, file: string | undefined, generation: number): Promise<number> {
+  const loggers = createLoggers({ level: config.log.level, format: config.log.format, ...(generation > 0 ? { generation } : {}) });
   const logger = loggers.events;
   const count = workerCount(config, availableParallelism());
   let gateway: RunningGateway;
   let supervision: Supervision = oneProcess;
+  // Under a keeper: the previous generation's sockets and state first (E7).
+  const link = generation > 0 ? await GenerationLink.connect() : undefined;
+  if (generation > 0 && !link) return 1;
+  let current = config;
   try {
     if (count > 1) {
       supervision = new GroupSupervision(new WorkerGroup({ count, log: logger }), logger);
     }
-    gateway = await startGateway(config, loggers, version, { supervision });
+    gateway = await startGateway(config, loggers, version, {
+      supervision,
+      ...(link
+        ? {
+            sockets: link.sockets,
+            healthCheckFailed: link.state.healthCheckFailed,
+            hotRestart: { info: () => link.info(), request: (trigger: string) => link.requestRestart(trigger) },
+          }
+        : {}),
+    });
   } catch (error) {
     // A failure with a code (a port in use, a certificate that cannot be read) is the machine's,
     // not a bug: one line that says why, without a stack trace.
@@ -96,6 +137,15 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
     return 1;
   }
   const started = gateway;
+  link?.serving(started, version, started.metrics, logger, () => ({
+    parentShutdownSecs: current.shutdown.parent_shutdown_secs,
+    keepIdleSecs: current.downstream.drain_timeout_secs,
+  }));
+  // E7: SIGUSR2 asks the keeper for a hot restart (its default action would end the process).
+  process.on('SIGUSR2', () => {
+    if (link) link.requestRestart('SIGUSR2');
+    else logger.warn({ event: 'hot_restart_unavailable', signal: 'SIGUSR2' }, 'SIGUSR2 ignored: hot restart is not enabled (hot_restart.enabled: true, read at start)');
+  });
   return new Promise<number>((resolve) => {
     // A drain that exits may come from a signal or from the admin API. A group exits 0 only if
     // every worker did.
@@ -141,7 +191,9 @@ async function serve(config: Config, file: string | undefined): Promise<number> 
       }
       // E6a: all or nothing; a reload that cannot be applied is logged and counted by reload() and
       // changes nothing.
-      started.reload(next, 'SIGHUP').catch((error: unknown) => {
+      started.reload(next, 'SIGHUP').then((applied) => {
+        if (applied) current = next;
+      }, (error: unknown) => {
         // A bug, not a refused config: reload() reports its own failures.
         logger.error({ event: 'handler_error', err: error }, 'the reload failed unexpectedly');
       });

@@ -6,6 +6,7 @@ import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
 import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
+import { GENERATION_ENV } from './hot-restart/messages.ts';
 import type { Socket } from 'node:net';
 
 function send(message: unknown): void {
@@ -42,7 +43,9 @@ export async function runWorker(version: string): Promise<number> {
     process.once('disconnect', () => resolve(undefined));
   });
   if (!start) return 1;
-  const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot });
+  // A worker of a generation under hot restart says which (the supervisor's environment is its own).
+  const generation = Number(process.env[GENERATION_ENV]) || undefined;
+  const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot, generation });
   const logger = loggers.events;
   try {
     gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false, sockets });

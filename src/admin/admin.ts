@@ -22,6 +22,8 @@ export interface AdminEnvironment {
   serverInfo(): Promise<object>;
   /** The Prometheus exposition (summed across the group under a supervisor). */
   renderMetrics(): Promise<string>;
+  /** E7: present when this process runs under a keeper (`hot_restart.enabled`). */
+  readonly hotRestart?: { request(trigger: string): void; info(): object } | undefined;
 }
 
 const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
@@ -79,6 +81,15 @@ export class AdminRoutes implements RouteTable {
           windowSecs: this.#env.drainTimeSecs,
         });
         return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'draining', drain: lifecycle.drainInfo() }));
+      }
+      case '/hot_restart': {
+        const hotRestart = this.#env.hotRestart;
+        if (!hotRestart) {
+          return sendError(ctx, lifecycle, new GatewayError(409, 'invalid_request_error', 'hot_restart_disabled', 'hot restart is not enabled: start Sluice with hot_restart.enabled: true'));
+        }
+        if (lifecycle.drainInfo()) return sendError(ctx, lifecycle, new GatewayError(409, 'invalid_request_error', 'draining', 'this generation is draining: the next one may already serve'));
+        hotRestart.request('admin:/hot_restart');
+        return sendJson(ctx, lifecycle, 202, JSON.stringify({ status: 'requested', hot_restart: hotRestart.info() }));
       }
     }
   }

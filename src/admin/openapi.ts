@@ -31,6 +31,12 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
       { name: 'skip_exit', description: 'With `graceful`: the listeners stay open and the process stays when the drain time is over.' },
     ],
   },
+  {
+    method: 'POST',
+    path: '/hot_restart',
+    summary:
+      'E7: start a hot restart (a new generation takes the listening sockets, then this one drains). 202 when asked (a restart in progress is not started twice; /server_info `hot_restart.last` tells the result); 409 when hot_restart is not enabled or this generation is draining.',
+  },
   { method: 'POST', path: '/healthcheck/fail', summary: 'Fail readiness; every `default` listener retires its connections at once.' },
   { method: 'POST', path: '/healthcheck/ok', summary: 'Pass readiness again.' },
   { method: 'GET', path: '/openapi.json', summary: 'This document.' },

@@ -103,6 +103,19 @@ const shutdown = z.strictObject({
    * leaving them to finish. Off by default: a drain never cuts a session in flight.
    */
   reset_upgraded_on_proactive_drain: fromEnv(z.boolean()).default(false),
+  /** E7: an old generation still draining this long after a hot restart is ended (L8 error events). */
+  parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
+});
+
+const hotRestart = z.strictObject({
+  /**
+   * E7: run under a process that stays (the PID a platform watches) and starts each generation of
+   * the gateway, so that `sluice restart` or SIGUSR2 replaces the running one without a refused
+   * connection. Read at start only.
+   */
+  enabled: fromEnv(z.boolean()).default(false),
+  /** E7: a new generation not ready this long after it was started is stopped; the old one keeps serving. */
+  start_timeout_secs: fromEnv(z.number().positive()).default(60),
 });
 
 const downstream = z.strictObject({
@@ -162,6 +175,7 @@ export const configSchema = z
     upstream: upstream.default(upstream.parse({})),
     log: log.default(log.parse({})),
     admin: admin.default(admin.parse({})),
+    hot_restart: hotRestart.default(hotRestart.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.

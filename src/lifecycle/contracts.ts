@@ -71,6 +71,14 @@ export interface DrainOptions {
   exit?: boolean;
   /** The window; defaults to min_drain_secs (signals) - the admin API passes the drain time. */
   windowSecs?: number;
+  /** `modify_only` listeners drain too (E5, E7: a hot restart is one of their triggers). */
+  includeModifyOnly?: boolean;
+  /**
+   * E7: once the listeners are closed, an idle HTTP/1.1 connection is kept this long (its next
+   * request is served with `Connection: close`) instead of being closed at once: the listening
+   * socket is still open in the next generation, and a client may be reusing the connection.
+   */
+  keepIdleSecs?: number;
 }
 
 /** Something in flight that can be ended with an explicit error when the drain is forced (L8). */

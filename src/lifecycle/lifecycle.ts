@@ -16,6 +16,8 @@ interface DrainPlan {
   graceful: boolean;
   inboundOnly: boolean;
   exit: boolean;
+  includeModifyOnly: boolean;
+  keepIdleSecs: number;
 }
 
 export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLifecycle {
@@ -221,7 +223,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
 
   #inPlan(plan: DrainPlan, scope: ListenerScope | undefined): boolean {
     if (!scope) return true;
-    if (scope.drainType === 'modify_only') return false;
+    if (scope.drainType === 'modify_only' && !plan.includeModifyOnly) return false;
     return !(plan.inboundOnly && scope.direction === 'outbound');
   }
 
@@ -300,7 +302,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
       this.#widen(trigger, inboundOnly, exit);
       return this.#done;
     }
-    const plan: DrainPlan = { trigger, startedAt: this.#clock.now(), graceful, inboundOnly, exit };
+    const plan: DrainPlan = { trigger, startedAt: this.#clock.now(), graceful, inboundOnly, exit, includeModifyOnly: options.includeModifyOnly ?? false, keepIdleSecs: options.keepIdleSecs ?? 0 };
     this.#plan = plan;
     this.#state = 'draining';
     this.#drainStartedAt = plan.startedAt;
@@ -442,10 +444,19 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
       'listeners closing',
     );
     this.#hooks.stopAccepting();
+    const keepIdleMs = (this.#plan?.keepIdleSecs ?? 0) * 1000;
     for (const connection of this.connections.all()) {
-      if (connection.state === 'idle') this.connections.end(connection, 'drain_idle');
+      if (connection.state === 'idle' && keepIdleMs > 0 && !connection.protocol.multiplexed) this.#keepIdle(connection, keepIdleMs);
+      else if (connection.state === 'idle') this.connections.end(connection, 'drain_idle');
       else if (connection.state === 'fresh') this.#holdFresh(connection);
     }
+  }
+
+  /** E7: an idle HTTP/1.1 connection goes at its next response, or once idle `ms` from now. */
+  #keepIdle(connection: TrackedConnection, ms: number): void {
+    connection.retiring = true;
+    connection.drainDeadline = { at: this.#clock.now() + ms, reason: 'drain_idle' };
+    this.#retirement.startSweep();
   }
 
   #holdFresh(connection: TrackedConnection): void {

@@ -104,6 +104,12 @@ export class ListeningSocket {
     for (const socket of this.#waiting.splice(0)) socket.destroy();
   }
 
+  /** A connection accepted on this socket by another process (the keeper, during a hot restart). */
+  take(socket: Socket): void {
+    if (this.#closed) socket.destroy();
+    else this.#arrived(socket);
+  }
+
   #arrived(socket: Socket): void {
     if (this.#taker) return this.#taker(socket);
     // Nothing reads it yet: a reset meanwhile must not become an uncaught 'error' (R1).
@@ -193,6 +199,12 @@ export class ListenerSockets implements SocketProvider {
     return [...this.#sockets]
       .filter((s) => !s.closed)
       .map((s) => ({ handed: { name: this.#adopted.get(s)?.name ?? s.holder, configured: s.configured, bound: s.bound }, server: s.server }));
+  }
+
+  /** The open socket bound at `bound` (host:port). */
+  byBound(bound: string): ListeningSocket | undefined {
+    for (const socket of this.#sockets) if (!socket.closed && socket.bound === bound) return socket;
+    return undefined;
   }
 
   /** Closes every socket (a start that failed). */

@@ -14,6 +14,11 @@ export interface LoggerOptions {
   fd?: number;
   /** In a worker process: its slot, added to every line; and writes stay whole lines of at most PIPE_BUF bytes. */
   worker?: number;
+  /**
+   * Under hot restart (E7): `generation` is added to every line of a generation (0: the keeper's
+   * lines, which say `keeper: true`), and writes stay whole lines, as a worker's.
+   */
+  generation?: number;
   /** `json` (one JSON object a line), `pretty` (for people), `auto` (pretty when the output is a terminal). Default `json`. */
   format?: LogFormat;
 }
@@ -101,9 +106,9 @@ class PrettyLines implements DestinationStream {
     this.#pretty = prettyFactory({
       colorize,
       translateTime: 'SYS:HH:MM:ss.l',
-      ignore: 'pid,hostname,event,worker',
+      ignore: 'pid,hostname,event,worker,generation,keeper',
       singleLine: true,
-      messageFormat: '{if worker}[worker {worker}] {end}{event}{if msg}: {msg}{end}',
+      messageFormat: '{if keeper}[keeper] {end}{if generation}[gen {generation}] {end}{if worker}[worker {worker}] {end}{event}{if msg}: {msg}{end}',
     });
   }
 
@@ -127,7 +132,11 @@ class PrettyLines implements DestinationStream {
 }
 
 export function createLoggers(options: LoggerOptions): Loggers {
-  const shared = options.worker !== undefined;
+  const shared = options.worker !== undefined || options.generation !== undefined;
+  const tags = {
+    ...(options.generation === 0 ? { keeper: true } : options.generation !== undefined ? { generation: options.generation } : {}),
+    ...(options.worker !== undefined ? { worker: options.worker } : {}),
+  };
   const fd = options.fd ?? 1;
   // sonic-boom writes each batch as handed over (maxWrite above any batch, so it never splits one).
   const out = pino.destination({ fd, sync: false, minLength: 0, ...(shared ? { maxWrite: PIPE_BUF } : {}) });
@@ -144,7 +153,7 @@ export function createLoggers(options: LoggerOptions): Loggers {
   }, FLUSH_MS).unref();
   const common: PinoOptions = {
     level: options.level,
-    base: shared ? { pid: process.pid, worker: options.worker } : { pid: process.pid },
+    base: { pid: process.pid, ...tags },
     timestamp: pino.stdTimeFunctions.isoTime,
     formatters: { level: (label) => ({ level: label }) },
   };

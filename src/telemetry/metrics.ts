@@ -68,6 +68,10 @@ export class Metrics {
   readonly connectionsRejected: Counter<'listener'>;
   readonly configReloads: Counter<'result'>;
   readonly configLastReloadSuccessful: Gauge;
+  /** E7: hot restarts by result, carried from generation to generation by the keeper. */
+  readonly hotRestarts: Counter<'result'>;
+  /** E7: this generation's number under the keeper (0 without hot restart). */
+  readonly generation: Gauge;
 
   constructor(sources: StateSources) {
     const registers = [this.registry];
@@ -148,6 +152,19 @@ export class Metrics {
       aggregator: 'min',
     });
     this.configLastReloadSuccessful.set(1);
+    this.hotRestarts = new Counter({
+      name: 'sluice_hot_restarts_total',
+      help: 'Hot restarts by result (success, failed, timeout), since the keeper process started.',
+      labelNames: ['result'],
+      registers,
+      aggregator: 'max',
+    });
+    this.generation = new Gauge({
+      name: 'sluice_generation',
+      help: 'The generation serving (1 for the first under hot_restart, 0 without it).',
+      registers,
+      aggregator: 'max',
+    });
     new Gauge({
       name: 'sluice_open_connections',
       help: 'Open downstream connections by listener and state (fresh, idle, active, upgraded).',

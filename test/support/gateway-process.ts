@@ -38,6 +38,8 @@ export interface GatewayOptions {
   args?: string[];
   /** Waits for the "ready" log line (default true). */
   waitReady?: boolean;
+  /** The program to run (default: this checkout's dist/main.js). */
+  main?: string;
 }
 
 const running = new Set<ChildProcess>();
@@ -63,7 +65,7 @@ export function writeConfig(config: Record<string, unknown> | string): string {
 
 export async function startGateway(options: GatewayOptions = {}): Promise<GatewayProcess> {
   const configFile = options.useDefault ? '' : writeConfig(options.config ?? {});
-  const args = [MAIN, ...(options.args ?? (options.useDefault ? [] : ['--config', configFile]))];
+  const args = [options.main ?? MAIN, ...(options.args ?? (options.useDefault ? [] : ['--config', configFile]))];
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     // The embedded default runs one worker per CPU: two, whatever the machine, keeps tests alike.

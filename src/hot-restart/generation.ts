@@ -1,0 +1,156 @@
+// A generation's side of hot restart (E7): a gateway started by the keeper (keeper.ts). It adopts the
+// listening sockets of the generation before it, reports ready, hands its own sockets over when the
+// next generation starts, and drains when the keeper says the next one serves.
+import type { Server, Socket } from 'node:net';
+import type { RunningGateway } from '../app.ts';
+import type { Logger } from '../telemetry/logger.ts';
+import type { Metrics } from '../telemetry/metrics.ts';
+import { ListenerSockets } from '../server/sockets.ts';
+import { GENERATION_ENV, isHotRestartMessage, type CarriedState, type FromGeneration, type HotRestartResult, type ToGeneration } from './messages.ts';
+
+/** What /server_info tells of hot restart. */
+export interface HotRestartInfo {
+  generation: number;
+  keeper_pid: number;
+  last: { result: HotRestartResult; reason: string | null; generation: number; at: string } | null;
+}
+
+/** The settings of the running config that a retiring generation drains by. */
+export interface RetireSettings {
+  parentShutdownSecs: number;
+  keepIdleSecs: number;
+}
+
+function send(message: FromGeneration, handle?: Server): void {
+  try {
+    if (handle) process.send?.(message, handle);
+    else process.send?.(message);
+  } catch {
+    // The keeper is gone: the disconnect handler drains this generation.
+  }
+}
+
+/** This process's generation number, when a keeper started it (0 otherwise). */
+export function generationNumber(): number {
+  return process.send && process.env[GENERATION_ENV] ? Number(process.env[GENERATION_ENV]) || 0 : 0;
+}
+
+export class GenerationLink {
+  readonly generation: number;
+  readonly sockets: ListenerSockets;
+  readonly state: CarriedState;
+  #last: HotRestartInfo['last'] = null;
+  #gateway: RunningGateway | undefined;
+  #early: { message: ToGeneration; handle: unknown }[] = [];
+
+  private constructor(generation: number, sockets: ListenerSockets, state: CarriedState) {
+    this.generation = generation;
+    this.sockets = sockets;
+    this.state = state;
+  }
+
+  /**
+   * Under a keeper: says hello, then adopts what it is handed (the state, then the previous
+   * generation's sockets). Resolves with nothing when this process was not started by a keeper,
+   * or when the keeper goes away first.
+   */
+  static connect(): Promise<GenerationLink | undefined> {
+    const generation = generationNumber();
+    if (generation === 0) return Promise.resolve(undefined);
+    const sockets = new ListenerSockets();
+    return new Promise((resolve) => {
+      let state: CarriedState | undefined;
+      let link: GenerationLink | undefined;
+      const onMessage = (message: unknown, handle: unknown) => {
+        if (!isHotRestartMessage<ToGeneration>(message)) return;
+        if (link && message.type !== 'socket' && message.type !== 'sockets_done') {
+          link.#early.push({ message, handle });
+          return;
+        }
+        if (message.type === 'inherit') state = message.state;
+        else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
+        else if (message.type === 'sockets_done' && state) {
+          link = new GenerationLink(generation, sockets, state);
+          process.off('message', onMessage);
+          process.off('disconnect', onGone);
+          resolve(link);
+        }
+      };
+      const onGone = () => resolve(undefined);
+      process.on('message', onMessage);
+      process.once('disconnect', onGone);
+      send({ type: 'hello' });
+    });
+  }
+
+  /** /server_info's `hot_restart`. */
+  info(): HotRestartInfo {
+    return { generation: this.generation, keeper_pid: process.ppid, last: this.#last };
+  }
+
+  /**
+   * The gateway serves: tells the keeper, and from now on follows it. `settings` is read when the
+   * keeper says to retire (a reload may have changed it).
+   */
+  serving(gateway: RunningGateway, version: string, metrics: Metrics, log: Logger, settings: () => RetireSettings): void {
+    this.#gateway = gateway;
+    // Sockets of the previous generation that this config no longer names.
+    this.sockets.closeUnclaimed();
+    metrics.generation.set(this.generation);
+    for (const [result, count] of Object.entries(this.state.hotRestarts)) if (count > 0) metrics.hotRestarts.labels(result).inc(count);
+    const onMessage = (message: unknown, handle: unknown) => {
+      if (isHotRestartMessage<ToGeneration>(message)) this.#handle(message, handle, metrics, log, settings);
+    };
+    process.on('message', onMessage);
+    for (const { message, handle } of this.#early.splice(0)) onMessage(message, handle);
+    // Without its keeper nothing can hand this generation's sockets on: it finishes what is in
+    // flight and goes, as a worker does without its supervisor.
+    process.once('disconnect', () => void gateway.lifecycle.drain('keeper_gone', { graceful: false }));
+    send({ type: 'ready', version });
+  }
+
+  /** Asks the keeper for a hot restart (SIGUSR2 or the admin API reached this generation). */
+  requestRestart(trigger: string): void {
+    send({ type: 'restart', trigger });
+  }
+
+  #handle(message: ToGeneration, handle: unknown, metrics: Metrics, log: Logger, settings: () => RetireSettings): void {
+    const gateway = this.#gateway!;
+    switch (message.type) {
+      case 'hand_over':
+        send({ type: 'state', state: { healthCheckFailed: gateway.lifecycle.healthCheckFailed } });
+        for (const { handed, server } of this.sockets.handOver()) send({ type: 'socket', handed }, server);
+        send({ type: 'sockets_done' });
+        return;
+      case 'connection': {
+        const socket = handle as Socket | undefined;
+        if (!socket) return;
+        const target = this.sockets.byBound(message.bound);
+        if (target) target.take(socket);
+        else socket.destroy();
+        return;
+      }
+      case 'retire': {
+        const { parentShutdownSecs, keepIdleSecs } = settings();
+        log.info({ event: 'generation_retiring', parent_shutdown_secs: parentShutdownSecs }, `generation ${this.generation} drains: the next one serves`);
+        void gateway.lifecycle.drain('hot_restart', { graceful: false, includeModifyOnly: true, keepIdleSecs });
+        const timer = setTimeout(() => gateway.force('shutdown.parent_shutdown_secs'), parentShutdownSecs * 1000);
+        timer.unref();
+        return;
+      }
+      case 'restart_result': {
+        this.#last = { result: message.result, reason: message.reason ?? null, generation: message.generation, at: new Date().toISOString() };
+        for (const [result, total] of Object.entries(message.totals)) {
+          const now = this.state.hotRestarts[result as HotRestartResult];
+          if (total > now) metrics.hotRestarts.labels(result).inc(total - now);
+          this.state.hotRestarts[result as HotRestartResult] = total;
+        }
+        return;
+      }
+      case 'inherit':
+      case 'socket':
+      case 'sockets_done':
+        return;
+    }
+  }
+}

@@ -1,0 +1,51 @@
+// What the keeper (the process that stays, see keeper.ts) and each generation of the gateway say to
+// each other over IPC during a hot restart (E7). Listening sockets and accepted connections travel
+// as the messages' handles.
+import type { HandedSocket } from '../server/sockets.ts';
+
+/** The environment variable that makes a process a generation under a keeper, and says which. */
+export const GENERATION_ENV = 'SLUICE_GENERATION';
+
+export type HotRestartResult = 'success' | 'failed' | 'timeout';
+
+/** What a hot restart carries from one generation to the next. */
+export interface CarriedState {
+  /** E4/E7: the health check was failed through the admin API (readiness stays 503). */
+  healthCheckFailed: boolean;
+  /** `sluice_hot_restarts_total` by result, since the keeper started. */
+  hotRestarts: Record<HotRestartResult, number>;
+}
+
+export function noCarriedState(): CarriedState {
+  return { healthCheckFailed: false, hotRestarts: { success: 0, failed: 0, timeout: 0 } };
+}
+
+/** Keeper → generation. */
+export type ToGeneration =
+  /** First answer to `hello`: the state to start with. The sockets follow, then `sockets_done`. */
+  | { type: 'inherit'; state: CarriedState }
+  /** A listening socket of the previous generation (the handle), to adopt. */
+  | { type: 'socket'; handed: HandedSocket }
+  | { type: 'sockets_done' }
+  /** Hand your listening sockets over (answer with `state`, each `socket`, then `sockets_done`). */
+  | { type: 'hand_over' }
+  /** A connection the keeper accepted on your socket `bound` while passing the sockets on (the handle). */
+  | { type: 'connection'; bound: string }
+  /** The next generation serves: stop accepting and drain (E7), bounded by parent_shutdown_secs. */
+  | { type: 'retire' }
+  /** A hot restart ended: the totals to report. */
+  | { type: 'restart_result'; result: HotRestartResult; reason?: string | undefined; generation: number; totals: CarriedState['hotRestarts'] };
+
+/** Generation → keeper. */
+export type FromGeneration =
+  | { type: 'hello' }
+  | { type: 'ready'; version: string }
+  | { type: 'state'; state: Pick<CarriedState, 'healthCheckFailed'> }
+  | { type: 'socket'; handed: HandedSocket }
+  | { type: 'sockets_done' }
+  /** Start a hot restart (SIGUSR2 or the admin API reached this generation). */
+  | { type: 'restart'; trigger: string };
+
+export function isHotRestartMessage<T extends { type: string }>(value: unknown): value is T {
+  return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
+}

@@ -1,0 +1,238 @@
+// Hot restart (E7) at its edges, against the built program: a new generation that never becomes
+// ready, one whose config is invalid, an old generation still draining at parent_shutdown_secs,
+// state carried over, and the process a platform watches staying the same. The zero-loss run under
+// load is test/serial/hot-restart.test.ts.
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { spawn } from 'node:child_process';
+import { request } from 'undici';
+import { stringify } from 'yaml';
+import { MAIN, ROOT, eventually, metricValue, scrape, startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
+import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
+
+let mock: MockUpstream;
+const gateways: GatewayProcess[] = [];
+before(async () => {
+  mock = await startMockUpstream({ record: false });
+});
+after(async () => {
+  for (const gw of gateways) await stopAll(gw);
+  await mock?.close();
+});
+
+function config(extra: Record<string, unknown> = {}): Record<string, unknown> {
+  return {
+    workers: 1,
+    hot_restart: { enabled: true, start_timeout_secs: 20 },
+    listeners: [
+      { name: 'proxy', address: '127.0.0.1:0', role: 'proxy' },
+      { name: 'admin', address: '127.0.0.1:0', role: 'admin' },
+    ],
+    providers: [{ name: 'up', type: 'openai', base_url: `${mock.url}/v1` }],
+    models: [{ name: 'm', provider: 'up' }],
+    shutdown: { min_drain_secs: 0 },
+    ...extra,
+  };
+}
+
+async function keeper(extra: Record<string, unknown> = {}, env: Record<string, string> = {}): Promise<GatewayProcess> {
+  const gw = await startGateway({ config: config(extra), env });
+  gateways.push(gw);
+  return gw;
+}
+
+/** The keeper is SIGKILLed by `stop()`; its generations (their own process groups) are ended here. */
+async function stopAll(gw: GatewayProcess): Promise<void> {
+  for (const line of gw.logs) {
+    const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : undefined;
+    if (pid) {
+      try {
+        process.kill(pid, 'SIGKILL');
+      } catch {
+        // gone
+      }
+    }
+  }
+  const first = gw.logs.find((l) => l.event === 'ready' && l.generation === 1);
+  if (first?.pid) {
+    try {
+      process.kill(Number(first.pid), 'SIGKILL');
+    } catch {
+      // gone
+    }
+  }
+  await gw.stop();
+}
+
+interface Info {
+  pid: number;
+  version: string;
+  healthcheck_failed: boolean;
+  hot_restart: { generation: number; keeper_pid: number; last: { result: string; reason: string | null; generation: number } | null } | null;
+}
+
+async function info(gw: GatewayProcess): Promise<Info> {
+  const res = await request(`${gw.adminUrl}/server_info`);
+  return (await res.body.json()) as Info;
+}
+
+async function chat(url: string, scenario: Parameters<typeof mockHeader>[0] = {}, stream = false): Promise<{ status: number; text: string }> {
+  const res = await request(`${url}/v1/chat/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...mockHeader(scenario) },
+    body: JSON.stringify({ model: 'm', stream, messages: [{ role: 'user', content: 'hi' }] }),
+  });
+  return { status: res.statusCode, text: await res.body.text() };
+}
+
+const done = (gw: GatewayProcess, generation: number) => gw.waitForLog((l) => l.event === 'hot_restart_done' && l.to_generation === generation, 30_000);
+const failed = (gw: GatewayProcess, generation: number) => gw.waitForLog((l) => l.event === 'hot_restart_failed' && l.to_generation === generation, 30_000);
+
+describe('hot restart (E7)', () => {
+  test('SIGUSR2 to the keeper: a new generation serves on the same addresses, the old one drains and exits 0; the keeper stays', async () => {
+    const gw = await keeper();
+    const before = await info(gw);
+    assert.equal(before.hot_restart?.generation, 1);
+    assert.equal(before.hot_restart?.keeper_pid, gw.child.pid, 'the process started is the keeper');
+    assert.notEqual(before.pid, gw.child.pid, 'the gateway runs in a generation beside it');
+    gw.signal('SIGUSR2');
+    const line = await done(gw, 2);
+    assert.equal(line.from_generation, 1);
+    const now = await eventually(async () => {
+      const i = await info(gw);
+      return i.hot_restart?.generation === 2 ? i : undefined;
+    }, 5000, 'generation 2 answering on the admin address');
+    assert.notEqual(now.pid, before.pid);
+    assert.equal(now.hot_restart?.last?.result, 'success');
+    assert.equal((await chat(gw.proxyUrl)).status, 200);
+    const exited = await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 1, 15_000);
+    assert.equal(exited.exit_code, 0);
+    assert.equal(gw.child.exitCode, null, 'the keeper (the PID a platform watches) is still running');
+    const metrics = await scrape(gw);
+    assert.equal(metricValue(metrics, 'sluice_hot_restarts_total', { result: 'success' }), 1);
+    assert.equal(metricValue(metrics, 'sluice_generation'), 2);
+    // SIGTERM to the keeper drains the generation serving; the keeper exits with its code.
+    gw.signal('SIGTERM');
+    const exit = await gw.exited;
+    assert.equal(exit.code, 0, gw.stdout().slice(-2000));
+  });
+
+  test('a new generation that never becomes ready is stopped after hot_restart.start_timeout_secs; the old one serves unchanged', async () => {
+    // The preload hangs generation 2 before any of its code runs (alive, silent).
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-preload-'));
+    const file = join(dir, 'hang.mjs');
+    writeFileSync(file, `if (process.env.SLUICE_GENERATION === '2') { setInterval(() => {}, 1000); await new Promise(() => {}); }\n`);
+    const gw = await keeper({ hot_restart: { enabled: true, start_timeout_secs: 2 } }, { NODE_OPTIONS: `--import=${pathToFileURL(file).href}` });
+    const before = await info(gw);
+    const started = Date.now();
+    gw.signal('SIGUSR2');
+    const line = await failed(gw, 2);
+    assert.equal(line.result, 'timeout');
+    assert.match(String(line.reason), /not ready within 2 s/);
+    assert.ok(Date.now() - started < 10_000);
+    await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 2, 10_000);
+    const now = await info(gw);
+    assert.equal(now.pid, before.pid, 'generation 1 still serves');
+    assert.equal(now.hot_restart?.last?.result, 'timeout');
+    assert.equal((await chat(gw.proxyUrl)).status, 200);
+    assert.equal(metricValue(await scrape(gw), 'sluice_hot_restarts_total', { result: 'timeout' }), 1);
+    // Idempotent while in progress, and possible again afterwards: a third generation takes over.
+    gw.signal('SIGUSR2');
+    await done(gw, 3);
+  });
+
+  test('a new generation with an invalid config exits; the old one keeps serving; `sluice restart` says why and exits 1', async () => {
+    const gw = await keeper();
+    const before = await info(gw);
+    // The file on disk is now invalid (a key that does not exist).
+    writeFileSync(gw.configFile, stringify({ ...config(), listeners: [{ name: 'proxy', address: '127.0.0.1:0', role: 'proxy' }, { name: 'admin', address: new URL(gw.adminUrl).host, role: 'admin' }], bogus: 1 }));
+    const cli = await runCli(['restart', '--admin', gw.adminUrl]);
+    const line = await failed(gw, 2);
+    assert.equal(line.result, 'failed');
+    assert.match(String(line.reason), /exited with code 1 before it was ready/);
+    assert.equal(cli.code, 1, cli.stderr);
+    assert.match(cli.stderr, /did not take over \(failed\).*generation 1 keeps serving/);
+    const now = await info(gw);
+    assert.equal(now.pid, before.pid);
+    assert.equal((await chat(gw.proxyUrl)).status, 200);
+    assert.ok(gw.stderr().includes('bogus'), 'the new generation said what is wrong with the config');
+  });
+
+  test('parent_shutdown_secs ends an old generation still draining: its stream gets the L8 error event, it exits 1', async () => {
+    const gw = await keeper({ shutdown: { min_drain_secs: 0, parent_shutdown_secs: 2 } });
+    // A stream that would last 20 s.
+    const stream = chat(gw.proxyUrl, { chunks: 20, sseIntervalMs: 1000 }, true);
+    await eventually(async () => (await info(gw)) && gw.logs.some((l) => l.event === 'ready'), 2000);
+    await new Promise((r) => setTimeout(r, 300));
+    gw.signal('SIGUSR2');
+    await done(gw, 2);
+    const exited = await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 1, 15_000);
+    assert.equal(exited.exit_code, 1, 'a forced end exits 1');
+    const forced = gw.logs.find((l) => l.event === 'drain_forced' && l.generation === 1);
+    assert.ok(forced, gw.stdout().slice(-3000));
+    assert.equal(forced.reason, 'shutdown.parent_shutdown_secs');
+    const { status, text } = await stream;
+    assert.equal(status, 200);
+    assert.match(text, /event: error/);
+    assert.match(text, /"code":"gateway_shutdown"/);
+    assert.equal((await chat(gw.proxyUrl)).status, 200, 'generation 2 serves');
+  });
+
+  test('state carries over: a failed health check stays failed in the next generation (readiness 503)', async () => {
+    const gw = await keeper();
+    const res = await request(`${gw.adminUrl}/healthcheck/fail`, { method: 'POST' });
+    await res.body.text();
+    gw.signal('SIGUSR2');
+    await done(gw, 2);
+    const now = await eventually(async () => {
+      const i = await info(gw);
+      return i.hot_restart?.generation === 2 ? i : undefined;
+    }, 5000, 'generation 2');
+    assert.equal(now.healthcheck_failed, true);
+    const ready = await request(`${gw.adminUrl}/readyz`);
+    await ready.body.text();
+    assert.equal(ready.statusCode, 503);
+  });
+
+  test('with workers, the whole group is replaced: every new worker serves before the old group drains', async () => {
+    const gw = await keeper({ workers: 2 });
+    gw.signal('SIGUSR2');
+    await done(gw, 2);
+    const lines = gw.logs;
+    const doneAt = lines.findIndex((l) => l.event === 'hot_restart_done');
+    const newWorkersReady = lines.filter((l, i) => i < doneAt && l.event === 'worker_ready' && l.generation === 2);
+    assert.equal(newWorkersReady.length, 2, 'both workers of generation 2 were ready before the old group was told to drain');
+    const retiring = lines.findIndex((l) => l.event === 'generation_retiring' && l.generation === 1);
+    assert.ok(retiring === -1 || retiring > lines.findIndex((l) => l.event === 'ready' && l.generation === 2));
+    for (let i = 0; i < 10; i++) assert.equal((await chat(gw.proxyUrl)).status, 200);
+    const exited = await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 1, 15_000);
+    assert.equal(exited.exit_code, 0);
+  });
+
+  test('without hot_restart: SIGUSR2 is ignored with a warning (not the default action, which ends the process); POST /hot_restart is a 409', async () => {
+    const gw = await startGateway({ config: { ...config(), hot_restart: { enabled: false } } });
+    gateways.push(gw);
+    gw.signal('SIGUSR2');
+    await gw.waitForLog((l: LogLine) => l.event === 'hot_restart_unavailable');
+    const res = await request(`${gw.adminUrl}/hot_restart`, { method: 'POST' });
+    const body = (await res.body.json()) as { error: { code: string } };
+    assert.equal(res.statusCode, 409);
+    assert.equal(body.error.code, 'hot_restart_disabled');
+    assert.equal(gw.child.exitCode, null);
+  });
+});
+
+function runCli(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: { ...process.env, SLUICE_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
