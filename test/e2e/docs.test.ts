@@ -10,6 +10,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { MAIN, ROOT, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { requireTool } from '../support/system-tool.ts';
+import { parse } from 'yaml';
 import { defaultConfigText } from '../../src/config/default.ts';
 
 const curl = requireTool('curl', 'curl');
@@ -143,6 +144,29 @@ describe('README', () => {
     assert.ok(stream.endsWith('data: [DONE]\n\n'), stream);
     assert.equal((JSON.parse(ready) as { status: string }).status, 'ready');
     assert.match(metrics, /^sluice_requests_total\{endpoint="chat_completions",status="200",model="echo"\} 2$/m);
+  });
+
+  test('"Hot restart": with the setting shown, `sluice restart` prints the documented lines and exits 0; the keeper stays', async () => {
+    const text = section(README, '## Hot restart');
+    const enable = parse(blocks(text, 'yaml')[0]!) as Record<string, unknown>;
+    assert.deepEqual(enable, { hot_restart: { enabled: true } });
+    assert.match(blocks(text, 'sh')[0]!, /^npx sluice restart --config sluice\.yaml$/m);
+    // The first fence with no language: the output.
+    const output = [...text.matchAll(/^```([a-z]*)\n([\s\S]*?)^```$/gm)].find((m) => m[1] === '')![2]!;
+    const gw = await startGateway({
+      config: { ...enable, workers: 1, shutdown: { min_drain_secs: 0 }, providers: [{ name: 'echo', type: 'echo' }], models: [{ name: 'echo', provider: 'echo' }] },
+    });
+    gateways.push(gw);
+    // The sample's config names 127.0.0.1:9901; this one listens on a free port, named with --admin.
+    const result = await sluice(['restart', '--admin', gw.adminUrl], ROOT);
+    assert.equal(result.code, 0, result.stderr);
+    // Process ids and the version differ from run to run.
+    const shape = (t: string) => t.replace(/pid \d+/g, 'pid N').replace(/version [^)]+/g, 'version V');
+    assert.equal(shape(result.stdout), shape(output));
+    assert.equal(gw.child.exitCode, null, 'the keeper stays');
+    // The keeper passes SIGTERM on; it exits once the generation has drained.
+    gw.signal('SIGTERM');
+    assert.equal((await gw.exited).code, 0, gw.stdout().slice(-2000));
   });
 });
 
