@@ -77,8 +77,12 @@ async function main(argv: string[]): Promise<number> {
     config = loadConfig(file);
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    process.stderr.write(`sluice: ${error.message}\n`);
-    return 1;
+    // `sluice restart --admin URL` needs nothing of a config (its `${VAR}`s may not be set here).
+    if (command === 'restart' && values.admin) config = loadDefaultConfig();
+    else {
+      process.stderr.write(`sluice: ${error.message}\n`);
+      return 1;
+    }
   }
   if (command === 'restart') return requestRestart(config, { admin: values.admin, token: values.token ?? process.env.SLUICE_ADMIN_TOKEN });
   if (command === 'validate') {
@@ -110,7 +114,10 @@ async function serve(config: Config, file: string | undefined, generation: numbe
   const count = workerCount(config, availableParallelism());
   let gateway: RunningGateway;
   let supervision: Supervision = oneProcess;
-  // Under a keeper: the previous generation's sockets and state first (E7).
+  // E7: a generation takes its signals from its keeper only (a service manager may signal every
+  // process of the service: each would otherwise count twice). Under a keeper: the previous
+  // generation's sockets and state first.
+  if (generation > 0) for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
   const link = generation > 0 ? await GenerationLink.connect() : undefined;
   if (generation > 0 && !link) return 1;
   let current = config;
@@ -134,18 +141,18 @@ async function serve(config: Config, file: string | undefined, generation: numbe
     const code = (error as NodeJS.ErrnoException | null)?.code;
     logger.fatal(typeof code === 'string' ? { event: 'start_failed', code } : { event: 'start_failed', err: error }, `could not start: ${(error as Error).message}`);
     flushLogger(logger);
+    // E7: what this generation accepted meanwhile goes back to the one serving.
+    if (link) await link.giveUp('its start failed');
     return 1;
   }
   const started = gateway;
-  link?.serving(started, version, started.metrics, logger, () => ({
-    parentShutdownSecs: current.shutdown.parent_shutdown_secs,
-    keepIdleSecs: current.downstream.drain_timeout_secs,
-  }));
-  // E7: SIGUSR2 asks the keeper for a hot restart (its default action would end the process).
-  process.on('SIGUSR2', () => {
-    if (link) link.requestRestart('SIGUSR2');
-    else logger.warn({ event: 'hot_restart_unavailable', signal: 'SIGUSR2' }, 'SIGUSR2 ignored: hot restart is not enabled (hot_restart.enabled: true, read at start)');
-  });
+  // E7: SIGUSR2 asks for a hot restart (its default action would end the process). A generation
+  // hears signals from its keeper, which takes SIGUSR2 itself.
+  if (!link) {
+    process.on('SIGUSR2', () => {
+      logger.warn({ event: 'hot_restart_unavailable', signal: 'SIGUSR2' }, 'SIGUSR2 ignored: hot restart is not enabled (hot_restart.enabled: true, read at start)');
+    });
+  }
   return new Promise<number>((resolve) => {
     // A drain that exits may come from a signal or from the admin API. A group exits 0 only if
     // every worker did.
@@ -172,10 +179,8 @@ async function serve(config: Config, file: string | undefined, generation: numbe
       }
       signalled = true;
     };
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
     // E6: SIGHUP reloads the whole config; a bad one is refused and the last good one keeps serving.
-    process.on('SIGHUP', () => {
+    const onHangUp = () => {
       if (started.lifecycle.draining) {
         logger.warn({ event: 'config_reload_ignored', reason: 'draining' }, 'SIGHUP ignored: the process is draining');
         return;
@@ -197,7 +202,18 @@ async function serve(config: Config, file: string | undefined, generation: numbe
         // A bug, not a refused config: reload() reports its own failures.
         logger.error({ event: 'handler_error', err: error }, 'the reload failed unexpectedly');
       });
-    });
+    };
+    if (link) {
+      link.onSignal = (signal) => (signal === 'SIGHUP' ? onHangUp() : onSignal(signal));
+      link.serving(started, version, started.metrics, logger, () => ({
+        parentShutdownSecs: current.shutdown.parent_shutdown_secs,
+        keepIdleSecs: current.downstream.drain_timeout_secs,
+      }));
+    } else {
+      process.on('SIGTERM', onSignal);
+      process.on('SIGINT', onSignal);
+      process.on('SIGHUP', onHangUp);
+    }
   });
 }
 

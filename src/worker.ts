@@ -19,7 +19,7 @@ function send(message: unknown): void {
 
 export async function runWorker(version: string): Promise<number> {
   const slot = Number(process.env[WORKER_SLOT_ENV]) || 0;
-  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP'] as const) process.on(signal, () => {});
+  for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
   const early: ToWorker[] = [];
   /** E6a: reloads prepared and awaiting the supervisor's commit or abort, by id. */
   const pendingReloads = new Map<number, PreparedReload>();

@@ -41,10 +41,7 @@ export class ConnectionDispatch {
     const key = `${listener}\0${configured}`;
     let share = this.#shares.get(key);
     if (!share) {
-      share = this.#sockets.acquire(listener, configured).then((lease) => {
-        lease.passOn();
-        return { lease, holders: [], next: 0, serving: false };
-      });
+      share = this.#sockets.acquire(listener, configured).then((lease) => ({ lease, holders: [], next: 0, serving: false }));
       this.#shares.set(key, share);
       share.catch(() => this.#shares.delete(key));
     }

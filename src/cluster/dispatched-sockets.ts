@@ -47,7 +47,6 @@ export class DispatchedSockets implements SocketProvider {
           lease.taker = undefined;
           send({ type: 'socket_serve', lease: id, serving: false });
         },
-        passOn: () => {},
         letGo: () => {
           if (lease.gone) return;
           lease.gone = true;

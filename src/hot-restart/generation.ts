@@ -6,6 +6,7 @@ import type { RunningGateway } from '../app.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { ListenerSockets } from '../server/sockets.ts';
+import { adoptHandle, detachHandle } from '../server/handles.ts';
 import { GENERATION_ENV, isHotRestartMessage, type CarriedState, type FromGeneration, type HotRestartResult, type ToGeneration } from './messages.ts';
 
 /** What /server_info tells of hot restart. */
@@ -21,13 +22,19 @@ export interface RetireSettings {
   keepIdleSecs: number;
 }
 
-function send(message: FromGeneration, handle?: Server): void {
+function send(message: FromGeneration, handle?: Server | object, sent?: () => void): void {
   try {
-    if (handle) process.send?.(message, handle);
+    if (handle) process.send?.(message, handle as Server, undefined, sent ? () => sent() : undefined);
     else process.send?.(message);
   } catch {
     // The keeper is gone: the disconnect handler drains this generation.
+    sent?.();
   }
+}
+
+/** Until it serves, a generation told to stop (or to give up) leaves at once: it has served nothing. */
+function leaveIfToldBeforeStart(message: unknown): void {
+  if (isHotRestartMessage<ToGeneration>(message) && (message.type === 'abort' || message.type === 'signal')) process.exit(1);
 }
 
 /** This process's generation number, when a keeper started it (0 otherwise). */
@@ -42,11 +49,39 @@ export class GenerationLink {
   #last: HotRestartInfo['last'] = null;
   #gateway: RunningGateway | undefined;
   #early: { message: ToGeneration; handle: unknown }[] = [];
+  /** SIGTERM, SIGINT and SIGHUP, passed on by the keeper once this generation serves. */
+  onSignal: ((signal: 'SIGTERM' | 'SIGINT' | 'SIGHUP') => void) | undefined;
+  /** Set when the keeper says to give up during the start: the start is abandoned. */
+  #startUp = (message: unknown) => {
+    if (isHotRestartMessage<ToGeneration>(message) && (message.type === 'abort' || message.type === 'signal')) void this.giveUp('told by the keeper');
+  };
 
   private constructor(generation: number, sockets: ListenerSockets, state: CarriedState) {
     this.generation = generation;
     this.sockets = sockets;
     this.state = state;
+    process.on('message', this.#startUp);
+  }
+
+  /**
+   * E7: this generation will not serve (its start failed, or the keeper gave up on it): it stops
+   * accepting, hands the connections it accepted and has not served back to the keeper (unread:
+   * the generation serving takes them), and exits 1.
+   */
+  async giveUp(reason: string): Promise<never> {
+    process.off('message', this.#startUp);
+    const back = this.sockets.withdrawAll();
+    await Promise.race([
+      Promise.all(
+        back.map(({ bound, socket }) => {
+          const handle = detachHandle(socket);
+          return handle ? new Promise<void>((resolve) => send({ type: 'connection_back', bound }, handle, resolve)) : Promise.resolve();
+        }),
+      ),
+      new Promise((resolve) => setTimeout(resolve, 2000)),
+    ]);
+    process.stderr.write(`sluice: generation ${this.generation} gives up (${reason}); ${back.length} connection(s) handed back\n`);
+    process.exit(1);
   }
 
   /**
@@ -71,12 +106,14 @@ export class GenerationLink {
         else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
         else if (message.type === 'sockets_done' && state) {
           link = new GenerationLink(generation, sockets, state);
+          process.off('message', leaveIfToldBeforeStart);
           process.off('message', onMessage);
           process.off('disconnect', onGone);
           resolve(link);
         }
       };
       const onGone = () => resolve(undefined);
+      process.on('message', leaveIfToldBeforeStart);
       process.on('message', onMessage);
       process.once('disconnect', onGone);
       send({ type: 'hello' });
@@ -94,6 +131,7 @@ export class GenerationLink {
    */
   serving(gateway: RunningGateway, version: string, metrics: Metrics, log: Logger, settings: () => RetireSettings): void {
     this.#gateway = gateway;
+    process.off('message', this.#startUp);
     // Sockets of the previous generation that this config no longer names.
     this.sockets.closeUnclaimed();
     metrics.generation.set(this.generation);
@@ -123,8 +161,8 @@ export class GenerationLink {
         send({ type: 'sockets_done' });
         return;
       case 'connection': {
-        const socket = handle as Socket | undefined;
-        if (!socket) return;
+        if (!handle) return;
+        const socket = adoptHandle(handle);
         const target = this.sockets.byBound(message.bound);
         if (target) target.take(socket);
         else socket.destroy();
@@ -138,6 +176,12 @@ export class GenerationLink {
         timer.unref();
         return;
       }
+      case 'signal':
+        this.onSignal?.(message.signal);
+        return;
+      case 'abort':
+        // Only for a generation that does not serve yet; this one does.
+        return;
       case 'restart_result': {
         this.#last = { result: message.result, reason: message.reason ?? null, generation: message.generation, at: new Date().toISOString() };
         for (const [result, total] of Object.entries(message.totals)) {

@@ -9,6 +9,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Server, Socket } from 'node:net';
 import type { Logger } from '../telemetry/logger.ts';
 import type { HandedSocket } from '../server/sockets.ts';
+import { detachHandle } from '../server/handles.ts';
 import { GENERATION_ENV, isHotRestartMessage, noCarriedState, type CarriedState, type FromGeneration, type HotRestartResult, type ToGeneration } from './messages.ts';
 
 export interface KeeperOptions {
@@ -26,6 +27,8 @@ interface Generation {
   readonly child: ChildProcess;
   state: GenerationState;
   exitCode: number | null;
+  /** It said hello: it hears messages (before that it is loading its config). */
+  hello: boolean;
   readonly startedAt: number;
   readonly exited: Promise<number>;
 }
@@ -66,7 +69,7 @@ export class Keeper {
     this.#next = first;
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => this.#stop(signal));
     process.on('SIGHUP', () => {
-      if (this.#current && this.#current.state === 'serving') this.#current.child.kill('SIGHUP');
+      if (this.#current && this.#current.state === 'serving') this.#send(this.#current, { type: 'signal', signal: 'SIGHUP' });
     });
     process.on('SIGUSR2', () => this.restart('SIGUSR2'));
     return this.done;
@@ -127,7 +130,7 @@ export class Keeper {
     generation.state = 'serving';
     this.#current = generation;
     if (this.#stopping) {
-      generation.child.kill('SIGTERM');
+      this.#send(generation, { type: 'signal', signal: 'SIGTERM' });
       return;
     }
     if (!old) return;
@@ -143,10 +146,7 @@ export class Keeper {
   #failed(generation: Generation, result: Exclude<HotRestartResult, 'success'>, reason: string): void {
     if (this.#next !== generation) return;
     this.#next = undefined;
-    if (generation.state !== 'exited') {
-      generation.child.kill('SIGTERM');
-      setTimeout(() => generation.child.kill('SIGKILL'), KILL_AFTER_MS).unref();
-    }
+    this.#abort(generation);
     this.#finished(generation, result, reason, `hot restart failed: ${reason}; generation ${this.#current?.number} keeps serving`, {});
   }
 
@@ -167,19 +167,34 @@ export class Keeper {
   #relay(old: Generation, next: Generation, handed: HandedSocket, server: Server): void {
     (server as Server & { pauseOnConnect: boolean }).pauseOnConnect = true;
     server.on('connection', (socket: Socket) => {
-      if (!this.#send(old, { type: 'connection', bound: handed.bound }, socket)) socket.destroy();
+      const handle = detachHandle(socket);
+      if (handle && !this.#send(old, { type: 'connection', bound: handed.bound }, handle)) closeHandle(handle);
     });
     // Closed once the new generation has it (the message, with its handle, was written).
     if (!this.#send(next, { type: 'socket', handed }, server, () => server.close())) server.close();
   }
 
+  /** A connection a generation that gives up had accepted (a bare handle, unread): for the one serving. */
+  #handBack(from: Generation, bound: string, handle: object): void {
+    const to = this.#current;
+    if (!to || to === from || to.state !== 'serving' || !this.#send(to, { type: 'connection', bound }, handle)) closeHandle(handle);
+  }
+
   /** SIGTERM / SIGINT: every generation drains (a second signal is passed on too: it forces). */
-  #stop(signal: NodeJS.Signals): void {
+  #stop(signal: 'SIGTERM' | 'SIGINT'): void {
     this.#stopping = true;
     for (const generation of this.#generations) {
-      if (generation.state === 'starting') generation.child.kill('SIGTERM');
-      else generation.child.kill(signal);
+      if (generation.state === 'starting') this.#abort(generation);
+      else this.#send(generation, { type: 'signal', signal });
     }
+  }
+
+  /** A generation that has not served: it gives back what it accepted and exits; killed if it does not. */
+  #abort(generation: Generation): void {
+    if (generation.state === 'exited') return;
+    // One that has not said hello yet (still loading its config) holds nothing: it is ended outright.
+    if (!generation.hello || !this.#send(generation, { type: 'abort' })) generation.child.kill('SIGKILL');
+    setTimeout(() => generation.child.kill('SIGKILL'), KILL_AFTER_MS).unref();
   }
 
   #spawn(): Generation {
@@ -198,12 +213,16 @@ export class Keeper {
       child,
       state: 'starting',
       exitCode: null,
+      hello: false,
       startedAt: Date.now(),
       exited: new Promise<number>((resolve) => (resolveExit = resolve)),
     };
     this.#generations.add(generation);
-    child.on('message', (message: unknown) => {
-      if (isHotRestartMessage<FromGeneration>(message) && message.type === 'restart') this.restart(message.trigger);
+    child.on('message', (message: unknown, handle: unknown) => {
+      if (!isHotRestartMessage<FromGeneration>(message)) return;
+      if (message.type === 'hello') generation.hello = true;
+      else if (message.type === 'restart') this.restart(message.trigger);
+      else if (message.type === 'connection_back' && handle) this.#handBack(generation, message.bound, handle);
     });
     child.on('error', () => {});
     child.on('exit', (code, signal) => {
@@ -220,7 +239,7 @@ export class Keeper {
         // restarts the service), once any older generation has finished draining.
         if (!this.#stopping) {
           this.#stopping = true;
-          for (const other of this.#generations) other.child.kill('SIGTERM');
+          for (const other of this.#generations) this.#send(other, { type: 'signal', signal: 'SIGTERM' });
         }
       }
       if (this.#generations.size === 0) this.#done(this.#exitCode);
@@ -228,15 +247,20 @@ export class Keeper {
     return generation;
   }
 
-  #send(generation: Generation, message: ToGeneration, handle?: Server | Socket, callback?: () => void): boolean {
+  #send(generation: Generation, message: ToGeneration, handle?: Server | object, callback?: () => void): boolean {
     const child = generation.child;
     if (!child.connected) return false;
     try {
-      if (handle) child.send(message, handle, callback ? () => callback() : undefined);
+      if (handle) child.send(message, handle as Server, callback ? () => callback() : undefined);
       else child.send(message);
       return true;
     } catch {
       return false;
     }
   }
+}
+
+/** A bare connection handle nobody can take. */
+function closeHandle(handle: object): void {
+  (handle as { close?: () => void }).close?.();
 }

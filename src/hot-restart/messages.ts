@@ -33,6 +33,13 @@ export type ToGeneration =
   | { type: 'connection'; bound: string }
   /** The next generation serves: stop accepting and drain (E7), bounded by parent_shutdown_secs. */
   | { type: 'retire' }
+  /**
+   * A signal for the generation (SIGTERM, SIGINT, SIGHUP): a generation ignores signals sent to it
+   * directly (a service manager signals every process of the service), and takes them from here.
+   */
+  | { type: 'signal'; signal: 'SIGTERM' | 'SIGINT' | 'SIGHUP' }
+  /** The restart failed or the keeper stops before this generation served: give back what you accepted, and exit. */
+  | { type: 'abort' }
   /** A hot restart ended: the totals to report. */
   | { type: 'restart_result'; result: HotRestartResult; reason?: string | undefined; generation: number; totals: CarriedState['hotRestarts'] };
 
@@ -44,7 +51,9 @@ export type FromGeneration =
   | { type: 'socket'; handed: HandedSocket }
   | { type: 'sockets_done' }
   /** Start a hot restart (SIGUSR2 or the admin API reached this generation). */
-  | { type: 'restart'; trigger: string };
+  | { type: 'restart'; trigger: string }
+  /** A connection this generation accepted but will not serve (it is giving up before serving): for the one serving. */
+  | { type: 'connection_back'; bound: string };
 
 export function isHotRestartMessage<T extends { type: string }>(value: unknown): value is T {
   return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';

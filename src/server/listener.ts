@@ -319,6 +319,8 @@ export class Listener {
   #accepted(socket: Socket): void {
     const connection = this.#lifecycle.admitConnection(socket, this.name);
     if (!connection) return;
+    // Listening sockets accept paused (sockets.ts): reading starts here, in the process that serves.
+    socket.resume();
     const generation = this.#generation;
     this.#generationOf.set(connection, generation);
     if (!generation.http2) return this.#serve(generation, socket, connection, 'http1');

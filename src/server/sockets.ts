@@ -104,6 +104,16 @@ export class ListeningSocket {
     for (const socket of this.#waiting.splice(0)) socket.destroy();
   }
 
+  /**
+   * Stops accepting and returns the connections that waited for a taker, unread and open, for
+   * another process to serve (a generation that gives up before it served: E7).
+   */
+  withdraw(): Socket[] {
+    const waiting = this.#waiting.splice(0);
+    this.close();
+    return waiting;
+  }
+
   /** A connection accepted on this socket by another process (the keeper, during a hot restart). */
   take(socket: Socket): void {
     if (this.#closed) socket.destroy();
@@ -133,11 +143,6 @@ export interface SocketLease {
   /** From now on `taker` gets the connections (those that waited first). */
   serve(taker: ConnectionTaker): void;
   unserve(taker: ConnectionTaker): void;
-  /**
-   * The connections are passed on to another process (a supervisor's workers): nothing may be read
-   * from them here, so that the bytes a client sends at once reach the process that serves it.
-   */
-  passOn(): void;
   /** The listener is done with it: the socket closes once nobody holds it. */
   letGo(): void;
 }
@@ -171,9 +176,6 @@ export class ListenerSockets implements SocketProvider {
       address: () => socket.address(),
       serve: (taker) => socket.serve(taker),
       unserve: (taker) => socket.unserve(taker),
-      passOn: () => {
-        (socket.server as Server & { pauseOnConnect: boolean }).pauseOnConnect = true;
-      },
       letGo: () => {
         if (socket.letGo(token)) this.#sockets.delete(socket);
       },
@@ -182,6 +184,7 @@ export class ListenerSockets implements SocketProvider {
 
   /** A socket handed over by the process that had it (see `handOver()`): waits for its listener. */
   adopt(handed: HandedSocket, server: Server): ListeningSocket {
+    pauseOnConnect(server);
     const socket = new ListeningSocket(handed.configured, server);
     this.#sockets.add(socket);
     this.#adopted.set(socket, handed);
@@ -207,6 +210,18 @@ export class ListenerSockets implements SocketProvider {
     return undefined;
   }
 
+  /** Stops accepting on every socket; returns the connections that waited, with where they arrived. */
+  withdrawAll(): { bound: string; socket: Socket }[] {
+    const out: { bound: string; socket: Socket }[] = [];
+    for (const socket of this.#sockets) {
+      const bound = socket.bound;
+      for (const waiting of socket.withdraw()) out.push({ bound, socket: waiting });
+    }
+    this.#sockets.clear();
+    this.#adopted.clear();
+    return out;
+  }
+
   /** Closes every socket (a start that failed). */
   closeAll(): void {
     for (const socket of this.#sockets) socket.close();
@@ -225,7 +240,7 @@ export class ListenerSockets implements SocketProvider {
 
   #bind(listener: string, configured: string): Promise<ListeningSocket> {
     const { host, port } = parseAddress(configured)!;
-    const server = createServer({ noDelay: true, pauseOnConnect: false });
+    const server = createServer({ noDelay: true, pauseOnConnect: true });
     return new Promise((resolve, reject) => {
       const failed = (error: NodeJS.ErrnoException) => reject(listenError(listener, configured, error));
       server.once('error', failed);
@@ -242,6 +257,15 @@ export class ListenerSockets implements SocketProvider {
     socket.close();
     this.#sockets.delete(socket);
   }
+}
+
+/**
+ * Connections are accepted paused: nothing is read from them until the listener that serves them
+ * resumes them. So one that is passed to another process (a worker, or back to the generation
+ * serving when a new one gives up) arrives there with every byte its client sent.
+ */
+function pauseOnConnect(server: Server): void {
+  (server as Server & { pauseOnConnect: boolean }).pauseOnConnect = true;
 }
 
 function normalise(address: string): string {

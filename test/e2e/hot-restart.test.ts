@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { spawn } from 'node:child_process';
-import { request } from 'undici';
+import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
 import { MAIN, ROOT, eventually, metricValue, scrape, startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
@@ -75,9 +75,15 @@ interface Info {
   hot_restart: { generation: number; keeper_pid: number; last: { result: string; reason: string | null; generation: number } | null } | null;
 }
 
+/** /server_info on a new connection: a kept-alive one may still lead to the generation before. */
 async function info(gw: GatewayProcess): Promise<Info> {
-  const res = await request(`${gw.adminUrl}/server_info`);
-  return (await res.body.json()) as Info;
+  const agent = new Agent();
+  try {
+    const res = await request(`${gw.adminUrl}/server_info`, { dispatcher: agent });
+    return (await res.body.json()) as Info;
+  } finally {
+    await agent.close();
+  }
 }
 
 async function chat(url: string, scenario: Parameters<typeof mockHeader>[0] = {}, stream = false): Promise<{ status: number; text: string }> {
@@ -102,10 +108,10 @@ describe('hot restart (E7)', () => {
     gw.signal('SIGUSR2');
     const line = await done(gw, 2);
     assert.equal(line.from_generation, 1);
-    const now = await eventually(async () => {
+    const now = (await eventually(async () => {
       const i = await info(gw);
       return i.hot_restart?.generation === 2 ? i : undefined;
-    }, 5000, 'generation 2 answering on the admin address');
+    }, 5000, 'generation 2 answering on the admin address'))!;
     assert.notEqual(now.pid, before.pid);
     assert.equal(now.hot_restart?.last?.result, 'success');
     assert.equal((await chat(gw.proxyUrl)).status, 200);
@@ -162,6 +168,51 @@ describe('hot restart (E7)', () => {
     assert.ok(gw.stderr().includes('bogus'), 'the new generation said what is wrong with the config');
   });
 
+  test('a new generation that took the sockets and then gives up hands the connections it accepted back: none is lost', async () => {
+    // Generation 2's workers hang before their code runs: its supervisor has the sockets (and
+    // accepts on them) but nobody to serve, until the start timeout ends it.
+    const dir = mkdtempSync(join(tmpdir(), 'sluice-preload-'));
+    const file = join(dir, 'hang-workers.mjs');
+    writeFileSync(file, `if (process.env.SLUICE_GENERATION === '2' && process.env.SLUICE_WORKER) { setInterval(() => {}, 1000); await new Promise(() => {}); }\n`);
+    const gw = await keeper({ workers: 2, hot_restart: { enabled: true, start_timeout_secs: 3 } }, { NODE_OPTIONS: `--import=${pathToFileURL(file).href}`, SLUICE_WORKER_START_TIMEOUT_SECS: '30' });
+    // Clients that open a new connection for every request (nothing pooled to hide behind).
+    let running = true;
+    const results = { ok: 0, failed: [] as string[] };
+    const clients = Array.from({ length: 4 }, async () => {
+      while (running) {
+        const agent = new Agent({ pipelining: 0 });
+        try {
+          const res = await request(`${gw.proxyUrl}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher: agent,
+            headers: { 'content-type': 'application/json' },
+            body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+          });
+          await res.body.text();
+          if (res.statusCode === 200) results.ok++;
+          else results.failed.push(`status ${res.statusCode}`);
+        } catch (error) {
+          results.failed.push((error as Error).message);
+        } finally {
+          await agent.close();
+        }
+      }
+    });
+    await eventually(() => results.ok >= 20, 10_000, 'the clients to be under way');
+    gw.signal('SIGUSR2');
+    const line = await failed(gw, 2);
+    assert.equal(line.result, 'timeout');
+    await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 2, 10_000);
+    const okAtFailure = results.ok;
+    await eventually(() => results.ok >= okAtFailure + 20, 10_000, 'more requests after the failed restart');
+    running = false;
+    await Promise.all(clients);
+    assert.deepEqual(results.failed, []);
+    const handedBack = /generation 2 gives up \(told by the keeper\); (\d+) connection\(s\) handed back/.exec(gw.stderr());
+    assert.ok(handedBack, gw.stderr());
+    assert.ok(Number(handedBack[1]) > 0, 'generation 2 had accepted connections (else this test shows nothing)');
+  });
+
   test('parent_shutdown_secs ends an old generation still draining: its stream gets the L8 error event, it exits 1', async () => {
     const gw = await keeper({ shutdown: { min_drain_secs: 0, parent_shutdown_secs: 2 } });
     // A stream that would last 20 s.
@@ -188,10 +239,10 @@ describe('hot restart (E7)', () => {
     await res.body.text();
     gw.signal('SIGUSR2');
     await done(gw, 2);
-    const now = await eventually(async () => {
+    const now = (await eventually(async () => {
       const i = await info(gw);
       return i.hot_restart?.generation === 2 ? i : undefined;
-    }, 5000, 'generation 2');
+    }, 5000, 'generation 2'))!;
     assert.equal(now.healthcheck_failed, true);
     const ready = await request(`${gw.adminUrl}/readyz`);
     await ready.body.text();
@@ -202,12 +253,11 @@ describe('hot restart (E7)', () => {
     const gw = await keeper({ workers: 2 });
     gw.signal('SIGUSR2');
     await done(gw, 2);
-    const lines = gw.logs;
-    const doneAt = lines.findIndex((l) => l.event === 'hot_restart_done');
-    const newWorkersReady = lines.filter((l, i) => i < doneAt && l.event === 'worker_ready' && l.generation === 2);
-    assert.equal(newWorkersReady.length, 2, 'both workers of generation 2 were ready before the old group was told to drain');
-    const retiring = lines.findIndex((l) => l.event === 'generation_retiring' && l.generation === 1);
-    assert.ok(retiring === -1 || retiring > lines.findIndex((l) => l.event === 'ready' && l.generation === 2));
+    // Lines of different processes reach the pipe in batches: their own times tell the order.
+    const at = (l: LogLine) => Date.parse(String(l.time));
+    const retiring = await gw.waitForLog((l) => l.event === 'generation_retiring' && l.generation === 1);
+    const ready = await Promise.all([1, 2].map((w) => gw.waitForLog((l) => l.event === 'worker_ready' && l.generation === 2 && l.worker === w)));
+    for (const line of ready) assert.ok(at(line) <= at(retiring), `worker ${String(line.worker)} of generation 2 was ready (${String(line.time)}) before generation 1 began to drain (${String(retiring.time)})`);
     for (let i = 0; i < 10; i++) assert.equal((await chat(gw.proxyUrl)).status, 200);
     const exited = await gw.waitForLog((l) => l.event === 'generation_exited' && l.exited_generation === 1, 15_000);
     assert.equal(exited.exit_code, 0);
