@@ -166,6 +166,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     waiting_for: lifecycle.draining ? lifecycle.waitingFor() : null,
     probe_connections: lifecycle.probeConnections,
     listeners: listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
+    requests_started: lifecycle.requestsStarted,
+    rss_bytes: process.memoryUsage.rss(),
   });
   const serverInfo = async (): Promise<object> => {
     const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000), pid: process.pid, hot_restart: options.hotRestart?.info() ?? null };

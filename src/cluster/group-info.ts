@@ -26,6 +26,10 @@ export interface ProcessInfo {
   /** Health-probe connections accepted during the drain. */
   probe_connections: number;
   listeners: ListenerInfo[];
+  /** Requests (and upgrades) started since the process began. */
+  requests_started: number;
+  /** Resident memory, in bytes. */
+  rss_bytes: number;
 }
 
 /**

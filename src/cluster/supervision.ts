@@ -31,7 +31,7 @@ export interface Supervision {
   /** The lifecycle hooks that pass commands on and report the drain (none in one process). */
   lifecycleHooks(local: SupervisedProcess): Pick<LifecycleHooks, 'commanded' | 'reportDrain'>;
   /** The metrics of the supervision itself (`sluice_workers`, restarts). */
-  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts'>;
+  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts' | 'workerRecycles'>;
   /** Fields added to the `ready` line and to the workers' `listener_started` lines. */
   logFields(): object;
   /** Once this process listens: starts the workers, whose listeners' sockets come from `sockets`; resolves with where they listen. */
@@ -58,7 +58,7 @@ export const oneProcess: Supervision = {
   exitCode: 0,
   own: (config) => config,
   lifecycleHooks: () => ({ commanded: undefined, reportDrain: undefined }),
-  metricsSources: () => ({ workers: undefined, workerRestarts: undefined }),
+  metricsSources: () => ({ workers: undefined, workerRestarts: undefined, workerRecycles: undefined }),
   logFields: () => ({}),
   start: async () => [],
   healthChecks: () => [],
@@ -121,8 +121,8 @@ export class GroupSupervision implements Supervision {
     };
   }
 
-  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts'> {
-    return { workers: () => this.#workers.counts(), workerRestarts: () => this.#workers.restarts() };
+  metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts' | 'workerRecycles'> {
+    return { workers: () => this.#workers.counts(), workerRestarts: () => this.#workers.restarts(), workerRecycles: () => this.#workers.recycles() };
   }
 
   logFields(): object {

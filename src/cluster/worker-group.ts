@@ -1,6 +1,7 @@
 // The supervisor's side of `workers: N`: forks one worker process per slot, sends each the config
-// and every lifecycle command, restarts a worker that dies while serving, answers queries across
-// the group, and holds the supervisor's drain open while any worker lives.
+// and every lifecycle command, restarts a worker that dies while serving, replaces a worker that
+// passes the `workers_recycle` bounds (its replacement serves first, then it drains), answers
+// queries across the group, and holds the supervisor's drain open while any worker lives.
 import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
@@ -70,7 +71,22 @@ interface Slot {
   startProblem: string | undefined;
   /** The worker as the connection dispatch knows it (one per process). */
   target: DispatchTarget | undefined;
+  /** The worker being recycled while its replacement (now `worker`) starts: it drains once that one serves. */
+  replacing: Retiring | undefined;
 }
+
+/** A worker taken out of its slot by recycling: it serves until its replacement does, then drains. */
+interface Retiring {
+  readonly slot: number;
+  readonly worker: Worker;
+  readonly target: DispatchTarget | undefined;
+  readonly release: (() => void) | undefined;
+  readonly reason: string;
+  draining: boolean;
+}
+
+/** How often the workers' memory and request counts are checked against `workers_recycle`. */
+const RECYCLE_CHECK_MS = 2000;
 
 export class WorkerGroup {
   readonly #options: WorkerGroupOptions;
@@ -91,6 +107,10 @@ export class WorkerGroup {
   #draining = false;
   #allExited: (() => void) | undefined;
   #dispatch: ConnectionDispatch | undefined;
+  /** Recycled workers still alive, by process. */
+  readonly #retiring = new Map<Worker, Retiring>();
+  #recycles = 0;
+  #recycleTimer: NodeJS.Timeout | undefined;
 
   constructor(options: WorkerGroupOptions) {
     this.#options = options;
@@ -107,6 +127,7 @@ export class WorkerGroup {
       startTimer: undefined,
       startProblem: undefined,
       target: undefined,
+      replacing: undefined,
     }));
     cluster.setupPrimary({ serialization: 'advanced' });
   }
@@ -134,6 +155,11 @@ export class WorkerGroup {
     return this.#slots.reduce((sum, s) => sum + s.restarts, 0);
   }
 
+  /** Workers replaced by `workers_recycle` since the start. */
+  recycles(): number {
+    return this.#recycles;
+  }
+
   /** 0 when every worker that ended during the drain exited 0, else the first other code (or 1). */
   get exitCode(): number {
     return this.#worstExitCode;
@@ -147,6 +173,8 @@ export class WorkerGroup {
   start(config: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]> {
     this.#config = config;
     this.#dispatch = new ConnectionDispatch(sockets);
+    this.#recycleTimer = setInterval(() => void this.#checkRecycling(), RECYCLE_CHECK_MS);
+    this.#recycleTimer.unref();
     this.#supervisor = supervisor;
     const started = new Promise<BoundListener[]>((resolve, reject) => (this.#starting = { resolve, reject }));
     for (const slot of this.#slots) this.#fork(slot);
@@ -253,10 +281,12 @@ export class WorkerGroup {
   kill(): void {
     this.#stop();
     for (const slot of this.#slots) slot.worker?.process.kill('SIGKILL');
+    for (const retiring of this.#retiring.values()) retiring.worker.process.kill('SIGKILL');
   }
 
   #stop(): void {
     this.#stopping = true;
+    if (this.#recycleTimer) clearInterval(this.#recycleTimer);
     for (const slot of this.#slots) this.#cancelRestart(slot);
     this.#checkAllExited();
   }
@@ -280,8 +310,12 @@ export class WorkerGroup {
       },
     };
     slot.release = this.#supervisor!.hold();
+    const target = slot.target;
     worker.on('message', (message: unknown) => {
-      if (isMessage<FromWorker>(message)) this.#received(slot, message);
+      if (!isMessage<FromWorker>(message)) return;
+      // A recycled worker's sockets stay its own until it lets go of them.
+      if (slot.worker !== worker) this.#fromRetiring(target, message);
+      else this.#received(slot, message);
     });
     // A worker that never serves must not leave the group "starting" in silence (a worker on
     // another Node.js, a start that hangs): it is ended, and its exit says why.
@@ -319,6 +353,10 @@ export class WorkerGroup {
         slot.state = 'ready';
         slot.failures = 0;
         this.#options.log.info({ event: 'worker_ready', worker: slot.index, worker_pid: slot.worker?.process.pid }, `worker ${slot.index} ready`);
+        // Recycling: the replacement serves; now the worker it replaces drains.
+        const old = slot.replacing;
+        slot.replacing = undefined;
+        if (old) this.#retire(old);
         if (this.#starting && this.allReady()) {
           this.#starting.resolve(message.listeners);
           this.#starting = undefined;
@@ -353,6 +391,8 @@ export class WorkerGroup {
   }
 
   #exited(slot: Slot, worker: Worker, code: number | null, signal: string | null): void {
+    const retiring = this.#retiring.get(worker);
+    if (retiring) return this.#retiredExited(slot, retiring, code, signal);
     if (slot.worker !== worker) return;
     const wasReady = slot.state === 'ready';
     const problem = slot.startProblem;
@@ -419,11 +459,83 @@ export class WorkerGroup {
   }
 
   #checkAllExited(): void {
-    if (this.#slots.every((s) => !s.worker && !s.restartTimer)) this.#allExited?.();
+    if (this.#slots.every((s) => !s.worker && !s.restartTimer) && this.#retiring.size === 0) this.#allExited?.();
   }
 
   #broadcast(message: ToWorker): void {
     for (const slot of this.#slots) this.#send(slot, message);
+    // Recycled workers still serving or draining hear drains and forced ends too.
+    if (message.type === 'command') for (const retiring of this.#retiring.values()) sendTo(retiring.worker, message);
+  }
+
+  /** Checks every serving worker against `workers_recycle`; one that passes a bound is replaced. */
+  async #checkRecycling(): Promise<void> {
+    const bounds = this.#config?.workers_recycle;
+    if (!bounds || (bounds.max_rss_mb <= 0 && bounds.max_requests <= 0) || this.#stopping || this.#draining || this.#pendingReload) return;
+    const replies = await this.query<{ rss_bytes?: number; requests_started?: number }>('info');
+    for (const reply of replies) {
+      const slot = this.#slots[reply.slot - 1];
+      const info = reply.value;
+      if (!slot || !info || slot.state !== 'ready' || slot.replacing || this.#stopping || this.#draining) continue;
+      const rssMb = (info.rss_bytes ?? 0) / (1024 * 1024);
+      const requests = info.requests_started ?? 0;
+      const reason =
+        bounds.max_rss_mb > 0 && rssMb >= bounds.max_rss_mb
+          ? `its memory (${Math.round(rssMb)} MiB) passed workers_recycle.max_rss_mb (${bounds.max_rss_mb})`
+          : bounds.max_requests > 0 && requests >= bounds.max_requests
+            ? `it started ${requests} requests (workers_recycle.max_requests: ${bounds.max_requests})`
+            : undefined;
+      if (reason) this.#recycle(slot, reason, { rss_mb: Math.round(rssMb), requests });
+    }
+  }
+
+  /** Takes the slot's worker out (it keeps serving) and starts its replacement in the slot. */
+  #recycle(slot: Slot, reason: string, fields: object): void {
+    const worker = slot.worker;
+    if (!worker) return;
+    const old: Retiring = { slot: slot.index, worker, target: slot.target, release: slot.release, reason, draining: false };
+    this.#retiring.set(worker, old);
+    this.#recycles++;
+    this.#options.log.info(
+      { event: 'worker_recycling', worker: slot.index, worker_pid: worker.process.pid, reason, ...fields },
+      `worker ${slot.index} is being replaced: ${reason}; it serves until its replacement does`,
+    );
+    slot.replacing = old;
+    slot.worker = undefined;
+    slot.release = undefined;
+    slot.target = undefined;
+    this.#fork(slot);
+  }
+
+  /** The replacement serves: the recycled worker stops taking connections and drains (its work in flight finishes). */
+  #retire(old: Retiring): void {
+    old.draining = true;
+    this.#options.log.info({ event: 'worker_recycled', worker: old.slot, worker_pid: old.worker.process.pid }, `worker ${old.slot}'s replacement serves; the old process drains`);
+    sendTo(old.worker, {
+      type: 'command',
+      command: { kind: 'drain', trigger: 'worker_recycle', options: { graceful: false, keepIdleSecs: this.#config?.downstream.drain_timeout_secs ?? 5 } },
+    });
+  }
+
+  #retiredExited(slot: Slot, old: Retiring, code: number | null, signal: string | null): void {
+    this.#retiring.delete(old.worker);
+    if (old.target) this.#dispatch?.gone(old.target);
+    // Died before its replacement served: the replacement carries on starting; nothing to drain.
+    if (slot.replacing === old) slot.replacing = undefined;
+    this.#options.log.info(
+      { event: 'worker_exited', worker: old.slot, worker_pid: old.worker.process.pid, exit_code: code, signal, recycled: true },
+      `worker ${old.slot} (recycled) exited`,
+    );
+    for (const check of [...this.#queries.values()]) check();
+    old.release?.();
+    this.#checkAllExited();
+  }
+
+  /** Messages of a recycled worker: it still asks about and lets go of its sockets. */
+  #fromRetiring(target: DispatchTarget | undefined, message: FromWorker): void {
+    if (!target || !this.#dispatch) return;
+    if (message.type === 'socket_serve') this.#dispatch.serve(target, message.lease, message.serving);
+    else if (message.type === 'socket_let_go') this.#dispatch.letGo(target, message.lease);
   }
 
   #send(slot: Slot, message: ToWorker): void {
@@ -438,5 +550,14 @@ export class WorkerGroup {
     } catch {
       // The channel closed under us: its exit event follows.
     }
+  }
+}
+
+function sendTo(worker: Worker, message: ToWorker): void {
+  if (!worker.isConnected()) return;
+  try {
+    worker.send(message);
+  } catch {
+    // Its exit follows.
   }
 }

@@ -107,6 +107,13 @@ const shutdown = z.strictObject({
   parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
 });
 
+const workersRecycle = z.strictObject({
+  /** A worker whose resident memory passes this many MiB is replaced (its replacement serves first); 0: never. */
+  max_rss_mb: fromEnv(z.number().nonnegative()).default(0),
+  /** A worker that has started this many requests is replaced; 0: never. */
+  max_requests: fromEnv(z.number().int().nonnegative()).default(0),
+});
+
 const hotRestart = z.strictObject({
   /**
    * E7: run under a process that stays (the PID a platform watches) and starts each generation of
@@ -176,6 +183,7 @@ export const configSchema = z
     log: log.default(log.parse({})),
     admin: admin.default(admin.parse({})),
     hot_restart: hotRestart.default(hotRestart.parse({})),
+    workers_recycle: workersRecycle.default(workersRecycle.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.

@@ -122,6 +122,13 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   }
 
   /** Health-probe connections accepted during the drain (counted, not logged one by one). */
+  #requestsStarted = 0;
+
+  /** Requests (and upgrades) started since this process began: a worker's age, for `workers_recycle.max_requests`. */
+  get requestsStarted(): number {
+    return this.#requestsStarted;
+  }
+
   get probeConnections(): number {
     return this.#probeConnections;
   }
@@ -246,6 +253,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
    */
   requestStarted(connection: TrackedConnection | undefined, probe = false): void {
     this.#inFlight++;
+    this.#requestsStarted++;
     if (!connection) return;
     this.connections.requestStarted(connection);
     if (this.draining && this.#acceptedWhileDraining.delete(connection)) {

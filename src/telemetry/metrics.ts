@@ -18,6 +18,8 @@ export interface StateSources {
   /** The supervisor of `workers: N`: its workers by state. */
   workers?(): { state: string; count: number }[];
   workerRestarts?(): number;
+  /** Workers replaced by `workers_recycle`. */
+  workerRecycles?(): number;
 }
 
 /**
@@ -203,6 +205,18 @@ export class Metrics {
         collect() {
           this.reset();
           for (const w of workers()) this.set({ state: w.state }, w.count);
+        },
+      });
+    }
+    if (sources.workerRecycles) {
+      const recycles = sources.workerRecycles;
+      new Counter({
+        name: 'sluice_worker_recycles_total',
+        help: 'Worker processes replaced because they passed workers_recycle.max_rss_mb or max_requests.',
+        registers,
+        collect() {
+          this.reset();
+          this.inc(recycles());
         },
       });
     }

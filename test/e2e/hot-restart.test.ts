@@ -286,3 +286,50 @@ function runCli(args: string[]): Promise<{ code: number | null; stdout: string; 
     child.on('close', (code) => resolve({ code, stdout, stderr }));
   });
 }
+
+describe('worker recycling (workers_recycle, the same machinery)', () => {
+  test('a worker past max_requests is replaced: its replacement serves first, then it drains; nothing is lost, a stream across it completes', async () => {
+    const gw = await startGateway({ config: { ...config(), hot_restart: { enabled: false }, workers: 2, workers_recycle: { max_requests: 40 } } });
+    gateways.push(gw);
+    const pool = new Agent({ keepAliveTimeout: 30_000, connections: 4 });
+    let running = true;
+    const results = { ok: 0, failed: [] as string[] };
+    const clients = Array.from({ length: 4 }, async (_, c) => {
+      for (let i = 0; running; i++) {
+        try {
+          const res = await request(`${gw.proxyUrl}/v1/chat/completions`, {
+            method: 'POST',
+            dispatcher: pool,
+            headers: { 'content-type': 'application/json', ...mockHeader({ headersDelayMs: 10 + ((i * 7 + c) % 40) }) },
+            body: JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'x' }] }),
+          });
+          const text = await res.body.text();
+          if (res.statusCode === 200) results.ok++;
+          else results.failed.push(`status ${res.statusCode}: ${text.slice(0, 100)}`);
+        } catch (error) {
+          results.failed.push((error as Error).message);
+        }
+      }
+    });
+    // A stream that lasts across the recycling (4 s).
+    const stream = chat(gw.proxyUrl, { chunks: 8, sseIntervalMs: 500 }, true);
+    const recycling = await gw.waitForLog((l) => l.event === 'worker_recycling', 20_000);
+    assert.match(String(recycling.reason), /workers_recycle\.max_requests: 40/);
+    const recycled = await gw.waitForLog((l) => l.event === 'worker_recycled' && l.worker === recycling.worker, 20_000);
+    const replacementReady = gw.logs.find((l) => l.event === 'worker_ready' && l.worker === recycling.worker && l.worker_pid !== recycling.worker_pid);
+    assert.ok(replacementReady, 'the replacement was ready before the old worker was told to drain');
+    assert.ok(Date.parse(String(replacementReady.time)) <= Date.parse(String(recycled.time)));
+    const exited = await gw.waitForLog((l) => l.event === 'worker_exited' && l.worker_pid === recycling.worker_pid, 20_000);
+    assert.equal(exited.exit_code, 0);
+    assert.equal(exited.recycled, true);
+    running = false;
+    await Promise.all(clients);
+    await pool.close();
+    assert.deepEqual(results.failed, []);
+    const { status, text } = await stream;
+    assert.equal(status, 200);
+    assert.match(text, /data: \[DONE\]/);
+    assert.doesNotMatch(text, /event: error/);
+    assert.ok((metricValue(await scrape(gw), 'sluice_worker_recycles_total') ?? 0) >= 1);
+  });
+});
