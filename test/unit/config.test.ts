@@ -52,7 +52,7 @@ describe('defaults', () => {
       providers: [],
       models: [],
       keys: [],
-      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false },
+      shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false, parent_shutdown_secs: 900 },
       downstream: {
         idle_timeout_secs: 0,
         fresh_connection_grace_secs: 10,
@@ -65,12 +65,14 @@ describe('defaults', () => {
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       log: { level: 'info', access_log: true, format: 'auto' },
       admin: { allow_non_loopback: false },
+      hot_restart: { enabled: false, start_timeout_secs: 60 },
+      workers_recycle: { max_rss_mb: 0, max_requests: 0 },
     });
   });
 
   test('a partly given section keeps its given values and defaults the rest', () => {
     const config = parseConfig(`${PROXY}shutdown: { min_drain_secs: 2 }\nlog: { level: debug }\n`, 'test.yaml', {});
-    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false });
+    assert.deepEqual(config.shutdown, { min_drain_secs: 2, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false, parent_shutdown_secs: 900 });
     assert.deepEqual(config.log, { level: 'debug', access_log: true, format: 'auto' });
   });
 
