@@ -16,8 +16,7 @@ import { ListenerSockets, type SocketProvider } from './server/sockets.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
-import type { BoundListener } from './cluster/messages.ts';
-import type { ProcessInfo } from './cluster/group-info.ts';
+import type { BoundListener, ProcessInfo } from './lifecycle/process-info.ts';
 import { oneProcess, type Supervision } from './cluster/supervision.ts';
 
 export interface RunningGateway {

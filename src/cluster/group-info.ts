@@ -1,36 +1,8 @@
 // GET /server_info for a group: the supervisor's own state, its workers' summed, and each worker's.
 import type { ConnectionCounts } from '../telemetry/metrics.ts';
-import { sumWaitingFor, type WaitingFor } from '../lifecycle/progress.ts';
+import { sumWaitingFor } from '../lifecycle/progress.ts';
+import type { ListenerInfo, ProcessInfo } from '../lifecycle/process-info.ts';
 import type { WorkerReply } from './worker-group.ts';
-
-export interface ListenerInfo {
-  name: string;
-  role: string;
-  address: string;
-  accepting: boolean;
-  tls: boolean;
-  protocols: readonly string[];
-}
-
-/** One process's state, as /server_info reports it. */
-export interface ProcessInfo {
-  state: string;
-  ready: boolean;
-  healthcheck_failed: boolean;
-  in_flight: number;
-  open_connections: number;
-  connections: ConnectionCounts[];
-  drain: object | null;
-  /** During a drain: what it waits for (O1); null otherwise. */
-  waiting_for: WaitingFor | null;
-  /** Health-probe connections accepted during the drain. */
-  probe_connections: number;
-  listeners: ListenerInfo[];
-  /** Requests (and upgrades) started since the process began. */
-  requests_started: number;
-  /** Resident memory, in bytes. */
-  rss_bytes: number;
-}
 
 /**
  * The supervisor's view: in-flight and connections are summed over the processes that answered;

@@ -2,14 +2,8 @@
 // (structured clone, so a Config crosses as it is).
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
+import type { BoundListener } from '../lifecycle/process-info.ts';
 
-/** Where a listener listens, as bound (the port chosen when 0 was asked). */
-export interface BoundListener {
-  name: string;
-  role: string;
-  /** host:port as bound. */
-  address: string;
-}
 
 export type QueryKind = 'info' | 'metrics';
 

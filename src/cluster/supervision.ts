@@ -8,9 +8,9 @@ import type { HealthCheck } from '../lifecycle/health.ts';
 import { describeWaiting } from '../lifecycle/progress.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { MetricsJson, StateSources } from '../telemetry/metrics.ts';
-import type { BoundListener } from './messages.ts';
+import type { BoundListener, ProcessInfo } from '../lifecycle/process-info.ts';
 import type { SocketProvider } from '../server/sockets.ts';
-import { mergeGroupInfo, type ProcessInfo } from './group-info.ts';
+import { mergeGroupInfo } from './group-info.ts';
 import type { ReloadProblem, Supervisor, WorkerGroup } from './worker-group.ts';
 
 /** What supervision sees of the process it runs in (read when asked: the lifecycle is built after the hooks). */

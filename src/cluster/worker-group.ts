@@ -9,7 +9,8 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Socket } from 'node:net';
 import type { SocketProvider } from '../server/sockets.ts';
 import { ConnectionDispatch, type DispatchTarget } from './connection-dispatch.ts';
-import { WORKER_SLOT_ENV, isMessage, type BoundListener, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
+import type { BoundListener } from '../lifecycle/process-info.ts';
+import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
 export type WorkerState = 'starting' | 'ready' | 'draining' | 'restarting' | 'exited';
 
