@@ -5,39 +5,7 @@ import type { ConnectionTracker, TrackedConnection } from './connections.ts';
 import type { DrainStrategy } from './drain-policy.ts';
 import type { WaitingFor } from './progress.ts';
 
-/** A connection's protocol as logs and labels name it. */
-export type ProtocolName = 'tls' | 'http1' | 'h2' | 'websocket';
-
-/**
- * How a tracked connection ends, as its protocol wants it (L3, L4, E3): the lifecycle asks this
- * object and never tells HTTP/1.1 from HTTP/2 itself. HTTP/1.1 (every connection's protocol when
- * accepted) and the TLS handshake are in `connections.ts`; HTTP/2 and WebSocket in `server/`.
- */
-export interface ConnectionProtocol {
-  /** 'tls' while the handshake is under way, then 'http1' or 'h2'; 'websocket' once upgraded. */
-  readonly name: ProtocolName;
-  /**
-   * Requests are streams over the connection (HTTP/2). Its close announces the last stream it
-   * processed (GOAWAY), so it can be closed once its last request has finished without racing a
-   * request the client is sending; and its idle timeout is the lifecycle's (`idle_timeout_secs`),
-   * as no protocol server keeps one. (HTTP/1.1's is the protocol server's keep-alive timeout.)
-   */
-  readonly multiplexed: boolean;
-  /**
-   * Tells the client to go elsewhere soon (L3, L4, E2, E6). HTTP/1.1: nothing is sent, the
-   * connection's `retiring` makes its next response close it. HTTP/2: the GOAWAY with the last
-   * stream id. A WebSocket session cannot be told (E3). Idempotent.
-   */
-  retire(): void;
-  /**
-   * Ends it gracefully. HTTP/1.1, a handshake, WebSocket: FIN after pending writes, then destroyed
-   * (a peer that never answers the FIN cannot hold the drain open). HTTP/2: the GOAWAY; open
-   * streams finish and the session ends once they have. Idempotent.
-   */
-  close(): void;
-  /** Ends it now: the socket is destroyed. */
-  destroy(): void;
-}
+export type { ConnectionProtocol, ProtocolName } from './connections.ts';
 
 /** What a listener or handler may ask of the lifecycle: the read side of the drain. */
 export interface DrainDecision {
