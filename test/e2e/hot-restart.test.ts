@@ -8,10 +8,10 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { spawn } from 'node:child_process';
+import { execFileSync, spawn } from 'node:child_process';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
-import { MAIN, ROOT, eventually, metricValue, scrape, startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
+import { MAIN, ROOT, eventually, metricValue, scrape, startGateway, writeConfig, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
 
 let mock: MockUpstream;
@@ -333,3 +333,66 @@ describe('worker recycling (workers_recycle, the same machinery)', () => {
     assert.ok((metricValue(await scrape(gw), 'sluice_worker_recycles_total') ?? 0) >= 1);
   });
 });
+
+describe('hot restart under the platforms that watch one process (E7, D2)', () => {
+  test('systemd-style (KillMode=control-group): SIGTERM to every process of the service at once drains once, exit 0', async () => {
+    const gw = await keeper({ workers: 2 });
+    gw.signal('SIGUSR2');
+    await done(gw, 2);
+    // A stream in flight, so that a forced drain (a second signal) would show.
+    const stream = chat(gw.proxyUrl, { chunks: 6, sseIntervalMs: 300 }, true);
+    await new Promise((r) => setTimeout(r, 300));
+    // Every process of the service: the keeper, the generations, their workers (as systemd's cgroup kill does).
+    const pids = new Set<number>([gw.child.pid!]);
+    for (const l of gw.logs) for (const key of ['pid', 'worker_pid', 'new_pid']) if (typeof l[key] === 'number') pids.add(l[key]);
+    for (const pid of pids) {
+      try {
+        process.kill(pid, 'SIGTERM');
+      } catch {
+        // already gone (generation 1)
+      }
+    }
+    const exit = await gw.exited;
+    assert.equal(exit.code, 0, gw.stdout().slice(-3000));
+    assert.ok(!gw.logs.some((l) => l.event === 'drain_forced'), 'one signal, not two: nothing was forced');
+    const { status, text } = await stream;
+    assert.equal(status, 200);
+    assert.match(text, /data: \[DONE\]/);
+  });
+
+  test('container-style: the keeper as PID 1 of its own PID namespace hot restarts, and drains on SIGTERM with exit 0', { skip: unshareSkip() }, async () => {
+    // Started under `unshare --pid --fork` (the keeper is PID 1 there, as in a container).
+    const file = writeConfig(config());
+    const child = spawn('unshare', ['--pid', '--fork', '--kill-child', process.execPath, MAIN, '--config', file], { cwd: ROOT, env: { ...process.env, SLUICE_CONFIG: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (out += c));
+    const lines = () => out.split('\n').filter(Boolean).map((l) => JSON.parse(l) as LogLine);
+    try {
+      const ready = await eventually(() => lines().find((l) => l.event === 'ready'), 10_000, 'ready');
+      const keeperLine = lines().find((l) => l.event === 'keeper_started')!;
+      assert.equal(keeperLine.pid, 1, 'the keeper is PID 1');
+      const proxy = `http://${String(lines().find((l) => l.event === 'listener_started' && l.listener === 'proxy')!.address)}`;
+      assert.ok(ready);
+      // SIGUSR2 to PID 1 from outside the namespace: to `unshare`'s child, the keeper.
+      const keeperHostPid = Number(execFileSync('pgrep', ['-P', String(child.pid)], { encoding: 'utf8' }).trim().split('\n')[0]);
+      process.kill(keeperHostPid, 'SIGUSR2');
+      await eventually(() => lines().some((l) => l.event === 'hot_restart_done' && l.to_generation === 2), 15_000, 'hot restart done');
+      assert.equal((await chat(proxy)).status, 200);
+      process.kill(keeperHostPid, 'SIGTERM');
+      const code = await new Promise<number | null>((resolve) => child.once('exit', (c) => resolve(c)));
+      assert.equal(code, 0, out.slice(-3000));
+      assert.ok(lines().some((l) => l.event === 'keeper_exit' && l.exit_code === 0));
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+});
+
+function unshareSkip(): string | false {
+  try {
+    execFileSync('unshare', ['--pid', '--fork', 'true'], { stdio: 'ignore' });
+    return false;
+  } catch {
+    return process.env.SLUICE_REQUIRE_SYSTEM_TOOLS ? false : 'unshare --pid needs privileges this machine does not give';
+  }
+}
