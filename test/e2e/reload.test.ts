@@ -4,7 +4,7 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
-import { createServer, type Server } from 'node:net';
+import { connect, createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { stringify } from 'yaml';
 import { Agent, request } from 'undici';
@@ -278,7 +278,7 @@ test('E6a: a listener renamed on the same address is replaced without losing the
   }
 });
 
-test('E6a: TLS switched on for a listener on the same address: the old socket gives way to the new one, which serves', { skip: openssl.skip, timeout: 60_000 }, async () => {
+test('E6a: TLS switched on for a listener on the same address: the new listener takes the socket (not one connection refused) and serves', { skip: openssl.skip, timeout: 60_000 }, async () => {
   const pki = makePki();
   const address = await freeAddress();
   const gw = await startGateway({ config: e6aConfig({ proxy: { address } }) });
@@ -294,7 +294,30 @@ test('E6a: TLS switched on for a listener on the same address: the old socket gi
     }).then(async (res) => ({ status: res.statusCode, connection: res.headers.connection, text: await res.body.text() }));
     // (The /server_info request counts itself.)
     await eventually(async () => ((await (await fetch(`${gw.adminUrl}/server_info`)).json()) as { in_flight: number }).in_flight === 2, 5000, 'request in flight');
+    // Clients connecting all through the switch: the new listener takes the old one's socket, so
+    // not one connection is refused (the socket never closes).
+    let hammering = true;
+    const connects = { tried: 0, refused: 0 };
+    const hammer = (async () => {
+      const [host, port] = address.split(':');
+      while (hammering) {
+        connects.tried++;
+        await new Promise<void>((resolve) => {
+          const s = connect(Number(port), host);
+          s.once('connect', () => (s.destroy(), resolve()));
+          s.once('error', (e: NodeJS.ErrnoException) => {
+            if (e.code === 'ECONNREFUSED') connects.refused++;
+            resolve();
+          });
+        });
+      }
+    })();
     await reloadWith(gw, e6aConfig({ proxy: { address, tls: { cert_file: pki.server.cert, key_file: pki.server.key } }, extraModel: true }), 'config_reloaded');
+    await new Promise((r) => setTimeout(r, 100));
+    hammering = false;
+    await hammer;
+    assert.ok(connects.tried > 20, `connections tried during the switch: ${connects.tried}`);
+    assert.equal(connects.refused, 0, `refused during the switch: ${connects.refused} of ${connects.tried}`);
     const res = await request(`https://${address}/v1/chat/completions`, {
       method: 'POST',
       dispatcher: secure,
