@@ -32,9 +32,28 @@ function send(message: FromGeneration, handle?: Server | object, sent?: () => vo
   }
 }
 
-/** Until it serves, a generation told to stop (or to give up) leaves at once: it has served nothing. */
-function leaveIfToldBeforeStart(message: unknown): void {
-  if (isHotRestartMessage<ToGeneration>(message) && (message.type === 'abort' || message.type === 'signal')) process.exit(1);
+/**
+ * E7: a generation that will not serve (its start failed, or the keeper gave up on it) stops
+ * accepting, hands the connections it accepted and has not served back to the keeper (unread: the
+ * generation serving takes them), and exits 1.
+ */
+async function giveBack(sockets: ListenerSockets, generation: number, reason: string): Promise<never> {
+  const back = sockets.withdrawAll();
+  await Promise.race([
+    Promise.all(
+      back.map(({ bound, socket }) => {
+        const handle = detachHandle(socket);
+        return handle ? new Promise<void>((resolve) => send({ type: 'connection_back', bound }, handle, resolve)) : Promise.resolve();
+      }),
+    ),
+    new Promise((resolve) => setTimeout(resolve, 2000)),
+  ]);
+  process.stderr.write(`sluice: generation ${generation} gives up (${reason}); ${back.length} connection(s) handed back\n`);
+  process.exit(1);
+}
+
+function toldToGiveUp(message: unknown): boolean {
+  return isHotRestartMessage<ToGeneration>(message) && (message.type === 'abort' || message.type === 'signal');
 }
 
 /** This process's generation number, when a keeper started it (0 otherwise). */
@@ -48,12 +67,11 @@ export class GenerationLink {
   readonly state: CarriedState;
   #last: HotRestartInfo['last'] = null;
   #gateway: RunningGateway | undefined;
-  #early: { message: ToGeneration; handle: unknown }[] = [];
   /** SIGTERM, SIGINT and SIGHUP, passed on by the keeper once this generation serves. */
   onSignal: ((signal: 'SIGTERM' | 'SIGINT' | 'SIGHUP') => void) | undefined;
   /** Set when the keeper says to give up during the start: the start is abandoned. */
   #startUp = (message: unknown) => {
-    if (isHotRestartMessage<ToGeneration>(message) && (message.type === 'abort' || message.type === 'signal')) void this.giveUp('told by the keeper');
+    if (toldToGiveUp(message)) void this.giveUp('told by the keeper');
   };
 
   private constructor(generation: number, sockets: ListenerSockets, state: CarriedState) {
@@ -63,25 +81,10 @@ export class GenerationLink {
     process.on('message', this.#startUp);
   }
 
-  /**
-   * E7: this generation will not serve (its start failed, or the keeper gave up on it): it stops
-   * accepting, hands the connections it accepted and has not served back to the keeper (unread:
-   * the generation serving takes them), and exits 1.
-   */
-  async giveUp(reason: string): Promise<never> {
+  /** E7: this generation will not serve: see `giveBack`. */
+  giveUp(reason: string): Promise<never> {
     process.off('message', this.#startUp);
-    const back = this.sockets.withdrawAll();
-    await Promise.race([
-      Promise.all(
-        back.map(({ bound, socket }) => {
-          const handle = detachHandle(socket);
-          return handle ? new Promise<void>((resolve) => send({ type: 'connection_back', bound }, handle, resolve)) : Promise.resolve();
-        }),
-      ),
-      new Promise((resolve) => setTimeout(resolve, 2000)),
-    ]);
-    process.stderr.write(`sluice: generation ${this.generation} gives up (${reason}); ${back.length} connection(s) handed back\n`);
-    process.exit(1);
+    return giveBack(this.sockets, this.generation, reason);
   }
 
   /**
@@ -95,25 +98,20 @@ export class GenerationLink {
     const sockets = new ListenerSockets();
     return new Promise((resolve) => {
       let state: CarriedState | undefined;
-      let link: GenerationLink | undefined;
       const onMessage = (message: unknown, handle: unknown) => {
         if (!isHotRestartMessage<ToGeneration>(message)) return;
-        if (link && message.type !== 'socket' && message.type !== 'sockets_done') {
-          link.#early.push({ message, handle });
-          return;
-        }
+        // Told to stop before it could serve: what it adopted so far may have accepted connections.
+        if (toldToGiveUp(message)) return void giveBack(sockets, generation, 'told by the keeper');
         if (message.type === 'inherit') state = message.state;
         else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
         else if (message.type === 'sockets_done' && state) {
-          link = new GenerationLink(generation, sockets, state);
-          process.off('message', leaveIfToldBeforeStart);
           process.off('message', onMessage);
           process.off('disconnect', onGone);
-          resolve(link);
+          // From here until it serves, the link itself listens for a keeper that gives up on it.
+          resolve(new GenerationLink(generation, sockets, state));
         }
       };
       const onGone = () => resolve(undefined);
-      process.on('message', leaveIfToldBeforeStart);
       process.on('message', onMessage);
       process.once('disconnect', onGone);
       send({ type: 'hello' });
@@ -140,7 +138,6 @@ export class GenerationLink {
       if (isHotRestartMessage<ToGeneration>(message)) this.#handle(message, handle, metrics, log, settings);
     };
     process.on('message', onMessage);
-    for (const { message, handle } of this.#early.splice(0)) onMessage(message, handle);
     // Without its keeper nothing can hand this generation's sockets on: it finishes what is in
     // flight and goes, as a worker does without its supervisor.
     process.once('disconnect', () => void gateway.lifecycle.drain('keeper_gone', { graceful: false }));
