@@ -4,7 +4,8 @@ import cluster from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
-import { ConfigError, loadConfigFile, loadDefaultConfig } from './config/load.ts';
+import { ConfigError, loadDefaultConfig } from './config/load.ts';
+import { embeddedSource, fileSource, type ConfigSource } from './config/source.ts';
 import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
@@ -34,10 +35,6 @@ the config; SIGUSR2 hot restarts (hot_restart.enabled). With workers > 1 or hot 
 the process started; the others follow it.
 Docs: docs/configuration.md
 `;
-
-function loadConfig(file: string | undefined): Config {
-  return file ? loadConfigFile(file) : loadDefaultConfig();
-}
 
 async function main(argv: string[]): Promise<number> {
   let parsed;
@@ -72,9 +69,10 @@ async function main(argv: string[]): Promise<number> {
     return 2;
   }
   const file = values.config ?? (process.env.SLUICE_CONFIG || undefined);
+  const source = file ? fileSource(file) : embeddedSource();
   let config: Config;
   try {
-    config = loadConfig(file);
+    config = source.load();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     // `sluice restart --admin URL` needs nothing of a config (its `${VAR}`s may not be set here).
@@ -93,7 +91,7 @@ async function main(argv: string[]): Promise<number> {
   }
   const generation = generationNumber();
   if (config.hot_restart.enabled && generation === 0) return keep(config, argv);
-  return serve(config, file, generation);
+  return serve(config, source, generation);
 }
 
 /** E7: this process stays and runs the gateway as generations (see hot-restart/keeper.ts). */
@@ -108,7 +106,7 @@ function keep(config: Config, argv: string[]): Promise<number> {
   });
 }
 
-async function serve(config: Config, file: string | undefined, generation: number): Promise<number> {
+async function serve(config: Config, source: ConfigSource, generation: number): Promise<number> {
   const loggers = createLoggers({ level: config.log.level, format: config.log.format, ...(generation > 0 ? { generation } : {}) });
   const logger = loggers.events;
   const count = workerCount(config, availableParallelism());
@@ -179,30 +177,41 @@ async function serve(config: Config, file: string | undefined, generation: numbe
       }
       signalled = true;
     };
-    // E6: SIGHUP reloads the whole config; a bad one is refused and the last good one keeps serving.
-    const onHangUp = () => {
+    // E6: one reload procedure for every trigger (SIGHUP, a change of the file): the whole config
+    // is read again; a bad one is refused and the last good one keeps serving.
+    const reloadFrom = (trigger: string) => {
       if (started.lifecycle.draining) {
-        logger.warn({ event: 'config_reload_ignored', reason: 'draining' }, 'SIGHUP ignored: the process is draining');
+        // A file change while draining is not worth a line per save.
+        if (trigger === 'SIGHUP') logger.warn({ event: 'config_reload_ignored', reason: 'draining', trigger }, 'SIGHUP ignored: the process is draining');
         return;
       }
       let next: Config;
       try {
-        next = loadConfig(file);
+        next = source.load();
       } catch (error) {
         if (!(error instanceof ConfigError)) throw error;
         started.reloadRejected();
-        logger.error({ event: 'config_reload_failed', source: error.source, problems: error.problems }, 'new configuration rejected; the last good one keeps serving');
+        logger.error({ event: 'config_reload_failed', trigger, source: error.source, problems: error.problems }, 'new configuration rejected; the last good one keeps serving');
         return;
       }
       // E6a: all or nothing; a reload that cannot be applied is logged and counted by reload() and
       // changes nothing.
-      started.reload(next, 'SIGHUP').then((applied) => {
-        if (applied) current = next;
-      }, (error: unknown) => {
-        // A bug, not a refused config: reload() reports its own failures.
-        logger.error({ event: 'handler_error', err: error }, 'the reload failed unexpectedly');
-      });
+      started.reload(next, trigger).then(
+        (applied) => {
+          if (applied) current = next;
+        },
+        (error: unknown) => {
+          // A bug, not a refused config: reload() reports its own failures.
+          logger.error({ event: 'handler_error', err: error }, 'the reload failed unexpectedly');
+        },
+      );
     };
+    const onHangUp = () => reloadFrom('SIGHUP');
+    // E6: the file is watched (reload.watch, read at start); the watch ends with the drain.
+    if (config.reload.watch) {
+      const unwatch = source.watch(() => reloadFrom('file change'));
+      void started.lifecycle.done.finally(unwatch);
+    }
     if (link) {
       link.onSignal = (signal) => (signal === 'SIGHUP' ? onHangUp() : onSignal(signal));
       link.serving(started, version, started.metrics, logger, () => ({

@@ -107,6 +107,11 @@ const shutdown = z.strictObject({
   parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
 });
 
+const reload = z.strictObject({
+  /** E6: the config file is watched, and a change (saved in place or by rename) is reloaded as on SIGHUP. */
+  watch: fromEnv(z.boolean()).default(true),
+});
+
 const workersRecycle = z.strictObject({
   /** A worker whose resident memory passes this many MiB is replaced (its replacement serves first); 0: never. */
   max_rss_mb: fromEnv(z.number().nonnegative()).default(0),
@@ -184,6 +189,7 @@ export const configSchema = z
     admin: admin.default(admin.parse({})),
     hot_restart: hotRestart.default(hotRestart.parse({})),
     workers_recycle: workersRecycle.default(workersRecycle.parse({})),
+    reload: reload.default(reload.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.

@@ -356,6 +356,7 @@ const BASE = {
   shutdown: { min_drain_secs: 30, max_drain_secs: 900, progress_log_secs: 5, parent_shutdown_secs: 600 },
   hot_restart: { enabled: true, start_timeout_secs: 30 },
   workers_recycle: { max_rss_mb: 512, max_requests: 100000 },
+  reload: { watch: true },
   downstream: { idle_timeout_secs: 0, fresh_connection_grace_secs: 10, request_body_limit_bytes: 10485760, headers_timeout_secs: 30, request_timeout_secs: 300, drain_timeout_secs: 5 },
   upstream: { connect_timeout_ms: 5000, timeout_ms: 600000, max_connections: 0 },
   log: { level: 'info', access_log: true },
@@ -465,7 +466,7 @@ describe('random config files through parseConfig', () => {
 
   test('an unknown key added to any strict mapping is reported at its own path ("__proto__": see the todo below)', () => {
     // Every mapping of the schema that is strict (not `headers`, which takes any name).
-    const strictPaths: Path[] = [[], ['listeners', 0], ['listeners', 2, 'tls'], ['providers', 0], ['models', 1], ['keys', 1], ['shutdown'], ['hot_restart'], ['workers_recycle'], ['downstream'], ['upstream'], ['log']];
+    const strictPaths: Path[] = [[], ['listeners', 0], ['listeners', 2, 'tls'], ['providers', 0], ['models', 1], ['keys', 1], ['shutdown'], ['hot_restart'], ['workers_recycle'], ['reload'], ['downstream'], ['upstream'], ['log']];
     fc.assert(
       fc.property(fc.constantFrom(...strictPaths), unknownKey.filter((k) => k.trim() !== '' && k !== '__proto__' && !/^listeners?$/i.test(k.trim())), weirdValue, (path, key, value) => {
         const root = structuredClone(BASE) as unknown as Record<string, unknown>;

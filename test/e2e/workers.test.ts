@@ -246,10 +246,11 @@ test('E6: SIGHUP: the supervisor checks the new config, every worker applies it;
     { name: 'proxy', address: `127.0.0.1:${await freePort()}`, role: 'proxy' },
     { name: 'admin', address: `127.0.0.1:${await freePort()}`, role: 'admin' },
   ];
-  const gw = await startGateway({ config: config({ listeners }) });
+  // SIGHUP alone: the file watch (reload.watch) would reload each write by itself.
+  const gw = await startGateway({ config: config({ listeners, reload: { watch: false } }) });
   try {
     const key = 'sk-client-0123456789';
-    writeFileSync(gw.configFile, stringify(config({ listeners, keys: [key] })));
+    writeFileSync(gw.configFile, stringify(config({ listeners, keys: [key], reload: { watch: false } })));
     gw.signal('SIGHUP');
     await eventually(() => gw.logs.filter((l) => l.event === 'config_reloaded').length === 3, 5000, 'config_reloaded in all three processes');
     const url = `${gw.proxyUrl}/v1/chat/completions`;

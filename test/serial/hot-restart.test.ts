@@ -212,6 +212,20 @@ test('five hot restarts of a lone instance under mixed load: nothing refused, fa
   });
   const admin = `http://127.0.0.1:${p.admin}`;
   const { mixed, h2load } = startLoads(p);
+  // The admin API answers throughout: from the old generation until the new one takes it over.
+  const adminPolls = { ok: 0, failed: [] as string[] };
+  let polling = true;
+  const adminPoller = (async () => {
+    while (polling) {
+      try {
+        await serverInfo(admin);
+        adminPolls.ok++;
+      } catch (error) {
+        adminPolls.failed.push((error as Error).message);
+      }
+      await sleep(50);
+    }
+  })();
   const generationServes = async (n: number) => {
     await gw.waitForLog((l) => l.event === 'hot_restart_done' && l.to_generation === n, 40_000);
     await eventually(async () => (await serverInfo(admin)).hot_restart?.generation === n, 5000, `generation ${n} on the admin address`);
@@ -255,9 +269,14 @@ test('five hot restarts of a lone instance under mixed load: nothing refused, fa
     await generationServes(6);
     await sleep(2000);
   } finally {
+    polling = false;
+    await adminPoller;
     const counts = await mixed.stop(30_000);
     const h2r = await h2load.stop();
     report(t, 'five hot restarts:', counts, h2r);
+    t.diagnostic(`  admin /server_info: ${adminPolls.ok} answered, ${adminPolls.failed.length} failed`);
+    assert.deepEqual(adminPolls.failed, [], 'the admin API answered throughout');
+    assert.ok(adminPolls.ok > 50);
     assert.equal(totalLost(counts), 0, formatCounts(counts).join('\n'));
     assert.equal(h2r.lost, 0, h2r.reasons.join('\n'));
     for (const kind of LOAD_KINDS) assert.ok(counts[kind].ok > 0, `some ${kind} succeeded`);

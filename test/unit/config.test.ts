@@ -67,6 +67,7 @@ describe('defaults', () => {
       admin: { allow_non_loopback: false },
       hot_restart: { enabled: false, start_timeout_secs: 60 },
       workers_recycle: { max_rss_mb: 0, max_requests: 0 },
+      reload: { watch: true },
     });
   });
 
