@@ -51,6 +51,9 @@ export class ListeningSocket {
     this.configured = configured;
     this.server = server;
     server.on('connection', (socket: Socket) => this.#arrived(socket));
+    // After the bind, an error here is a failed accept (EMFILE when descriptors run out: many
+    // clients at once). The socket keeps listening; the error must not end the process (R1).
+    server.on('error', () => {});
   }
 
   get closed(): boolean {
