@@ -156,3 +156,16 @@ test('a lease id is the worker\'s own: two workers may use the same number', asy
   assert.equal(a.passed.length, 2);
   assert.equal(b.passed.length, 0, "b's lease 1 does not serve: a's serve was a's");
 });
+
+test('two listeners are two sockets, each served by its own holders', async () => {
+  const { provider, sockets } = fakeSockets();
+  const dispatch = new ConnectionDispatch(provider);
+  const a = worker('a');
+  await dispatch.acquire(a, 1, 'proxy', '127.0.0.1:0');
+  await dispatch.acquire(a, 2, 'other', '127.0.0.1:0');
+  assert.equal(sockets.length, 2);
+  dispatch.serve(a, 2, true);
+  await settle();
+  assert.equal(sockets[0]!.taker, undefined, "proxy's socket is not served by the other listener's lease");
+  assert.ok(sockets[1]!.taker);
+});

@@ -121,3 +121,26 @@ test('a bind that fails names the listener, the address and why', async () => {
   });
   sockets.closeAll();
 });
+
+test('connections still waiting when the last holder lets go are closed; a connection taken afterwards is closed too', async () => {
+  const sockets = new ListenerSockets();
+  const lease = await sockets.acquire('proxy', '127.0.0.1:0');
+  const bound = lease.bound;
+  const c = await client(bound);
+  const closed = once(c, 'close');
+  await new Promise((r) => setTimeout(r, 50));
+  lease.letGo();
+  await closed;
+  assert.deepEqual(sockets.handOver(), [], 'nothing left to hand over');
+});
+
+test('two fixed addresses are two sockets; a listener asking for another fixed address does not get this one', async () => {
+  const sockets = new ListenerSockets();
+  const a = await sockets.acquire('a', '127.0.0.1:0');
+  const b = await sockets.acquire('b', '127.0.0.1:0');
+  const again = await sockets.acquire('c', b.bound);
+  assert.equal(again.bound, b.bound);
+  assert.notEqual(again.bound, a.bound);
+  assert.equal(sockets.handOver().length, 2);
+  sockets.closeAll();
+});
