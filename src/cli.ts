@@ -144,8 +144,8 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
     return 1;
   }
   const started = gateway;
-  // E7: SIGUSR2 asks for a hot restart (its default action would end the process). A generation
-  // hears signals from its keeper, which takes SIGUSR2 itself.
+  // E7: SIGUSR2 is the keeper's (a hot restart); without one it is only a warning here (its default
+  // action would end the process). A generation ignores it, as every signal sent to it directly.
   if (!link) {
     process.on('SIGUSR2', () => {
       logger.warn({ event: 'hot_restart_unavailable', signal: 'SIGUSR2' }, 'SIGUSR2 ignored: hot restart is not enabled (hot_restart.enabled: true, read at start)');

@@ -144,7 +144,7 @@ export class GenerationLink {
     send({ type: 'ready', version });
   }
 
-  /** Asks the keeper for a hot restart (SIGUSR2 or the admin API reached this generation). */
+  /** Asks the keeper for a hot restart (the admin API reached this generation). */
   requestRestart(trigger: string): void {
     send({ type: 'restart', trigger });
   }

@@ -1,7 +1,7 @@
 // The keeper (E7): with `hot_restart.enabled`, the process started stays for the gateway's whole
 // life (it is the PID a platform watches: PID 1 in a container, the main PID under systemd) and runs
 // the gateway as a child process, a generation. A hot restart (SIGUSR2 to the keeper, or the admin
-// API / SIGUSR2 at the generation) starts the next generation from the program files on disk now,
+// API of the generation serving) starts the next generation from the program files on disk now,
 // hands it the listening sockets of the one serving, waits until it is ready, and only then tells
 // the old one to drain. If the new one fails (bad config, crash, not ready in time) it is stopped
 // and the old one keeps serving, unchanged. The keeper serves nothing itself.

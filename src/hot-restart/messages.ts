@@ -50,7 +50,7 @@ export type FromGeneration =
   | { type: 'state'; state: Pick<CarriedState, 'healthCheckFailed'> }
   | { type: 'socket'; handed: HandedSocket }
   | { type: 'sockets_done' }
-  /** Start a hot restart (SIGUSR2 or the admin API reached this generation). */
+  /** Start a hot restart (the admin API reached this generation). */
   | { type: 'restart'; trigger: string }
   /** A connection this generation accepted but will not serve (it is giving up before serving): for the one serving. */
   | { type: 'connection_back'; bound: string };
