@@ -118,6 +118,12 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
   if (generation > 0) for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
   const link = generation > 0 ? await GenerationLink.connect() : undefined;
   if (generation > 0 && !link) return 1;
+  if (link && (!config.hot_restart.enabled || config.hot_restart.start_timeout_secs !== link.keeper.start_timeout_secs)) {
+    logger.warn(
+      { event: 'config_reload_partial', key: 'hot_restart', reason: 'the keeper keeps the hot_restart settings it started with' },
+      'hot_restart is read by the keeper at its start: this change applies when the service is restarted',
+    );
+  }
   let current = config;
   try {
     if (count > 1) {

@@ -7,7 +7,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { ListenerSockets } from '../server/sockets.ts';
 import { adoptHandle, detachHandle } from '../server/handles.ts';
-import { GENERATION_ENV, isHotRestartMessage, type CarriedState, type FromGeneration, type HotRestartResult, type ToGeneration } from './messages.ts';
+import { GENERATION_ENV, isHotRestartMessage, type CarriedState, type FromGeneration, type HotRestartResult, type KeeperSettings, type ToGeneration } from './messages.ts';
 
 /** What /server_info tells of hot restart. */
 export interface HotRestartInfo {
@@ -65,6 +65,8 @@ export class GenerationLink {
   readonly generation: number;
   readonly sockets: ListenerSockets;
   readonly state: CarriedState;
+  /** The keeper's own `hot_restart` settings (read at its start; a generation's config cannot change them). */
+  readonly keeper: KeeperSettings;
   #last: HotRestartInfo['last'] = null;
   #gateway: RunningGateway | undefined;
   /** SIGTERM, SIGINT and SIGHUP, passed on by the keeper once this generation serves. */
@@ -74,10 +76,11 @@ export class GenerationLink {
     if (toldToGiveUp(message)) void this.giveUp('told by the keeper');
   };
 
-  private constructor(generation: number, sockets: ListenerSockets, state: CarriedState) {
+  private constructor(generation: number, sockets: ListenerSockets, state: CarriedState, keeper: KeeperSettings) {
     this.generation = generation;
     this.sockets = sockets;
     this.state = state;
+    this.keeper = keeper;
     process.on('message', this.#startUp);
   }
 
@@ -98,17 +101,21 @@ export class GenerationLink {
     const sockets = new ListenerSockets();
     return new Promise((resolve) => {
       let state: CarriedState | undefined;
+      let keeper: KeeperSettings | undefined;
       const onMessage = (message: unknown, handle: unknown) => {
         if (!isHotRestartMessage<ToGeneration>(message)) return;
         // Told to stop before it could serve: what it adopted so far may have accepted connections.
         if (toldToGiveUp(message)) return void giveBack(sockets, generation, 'told by the keeper');
-        if (message.type === 'inherit') state = message.state;
+        if (message.type === 'inherit') {
+          state = message.state;
+          keeper = message.keeper;
+        }
         else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
         else if (message.type === 'sockets_done' && state) {
           process.off('message', onMessage);
           process.off('disconnect', onGone);
           // From here until it serves, the link itself listens for a keeper that gives up on it.
-          resolve(new GenerationLink(generation, sockets, state));
+          resolve(new GenerationLink(generation, sockets, state, keeper ?? { start_timeout_secs: 0 }));
         }
       };
       const onGone = () => resolve(undefined);

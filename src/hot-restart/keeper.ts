@@ -10,7 +10,7 @@ import type { Server, Socket } from 'node:net';
 import type { Logger } from '../telemetry/logger.ts';
 import type { HandedSocket } from '../server/sockets.ts';
 import { detachHandle } from '../server/handles.ts';
-import { GENERATION_ENV, isHotRestartMessage, noCarriedState, type CarriedState, type FromGeneration, type HotRestartResult, type ToGeneration } from './messages.ts';
+import { GENERATION_ENV, isHotRestartMessage, noCarriedState, type CarriedState, type FromGeneration, type HotRestartResult, type KeeperSettings, type ToGeneration } from './messages.ts';
 
 export interface KeeperOptions {
   /** The arguments the generations get (those the keeper was started with). */
@@ -61,7 +61,7 @@ export class Keeper {
     first.child.on('message', (message: unknown) => {
       if (!isHotRestartMessage<FromGeneration>(message)) return;
       if (message.type === 'hello') {
-        this.#send(first, { type: 'inherit', state: this.#state });
+        this.#send(first, { type: 'inherit', state: this.#state, keeper: this.#settings() });
         this.#send(first, { type: 'sockets_done' });
       } else if (message.type === 'ready') this.#serving(first, undefined);
     });
@@ -97,7 +97,7 @@ export class Keeper {
       if (!isHotRestartMessage<FromGeneration>(message) || this.#next !== next) return;
       if (message.type === 'state') {
         this.#state.healthCheckFailed = message.state.healthCheckFailed;
-        this.#send(next, { type: 'inherit', state: this.#state });
+        this.#send(next, { type: 'inherit', state: this.#state, keeper: this.#settings() });
       } else if (message.type === 'socket' && handle) this.#relay(old, next, message.handed, handle as Server);
       else if (message.type === 'sockets_done') {
         relaying = false;
@@ -122,6 +122,10 @@ export class Keeper {
       if (this.#next === next) this.#failed(next, 'failed', `generation ${next.number} exited with code ${code} before it was ready`);
     });
     return 'started';
+  }
+
+  #settings(): KeeperSettings {
+    return { start_timeout_secs: this.#options.startTimeoutSecs };
   }
 
   /** A generation is ready: it serves, and the one before it (if any) drains. */

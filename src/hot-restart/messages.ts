@@ -20,10 +20,15 @@ export function noCarriedState(): CarriedState {
   return { healthCheckFailed: false, hotRestarts: { success: 0, failed: 0, timeout: 0 } };
 }
 
+/** The `hot_restart` settings the keeper started with: a generation's config cannot change them. */
+export interface KeeperSettings {
+  start_timeout_secs: number;
+}
+
 /** Keeper → generation. */
 export type ToGeneration =
   /** First answer to `hello`: the state to start with. The sockets follow, then `sockets_done`. */
-  | { type: 'inherit'; state: CarriedState }
+  | { type: 'inherit'; state: CarriedState; keeper: KeeperSettings }
   /** A listening socket of the previous generation (the handle), to adopt. */
   | { type: 'socket'; handed: HandedSocket }
   | { type: 'sockets_done' }

@@ -234,6 +234,15 @@ describe('hot restart (E7)', () => {
     assert.equal((await chat(gw.proxyUrl)).status, 200, 'generation 2 serves');
   });
 
+  test('a new generation whose config changes hot_restart says the keeper keeps its own settings', async () => {
+    const gw = await keeper();
+    writeFileSync(gw.configFile, stringify({ ...config({ hot_restart: { enabled: true, start_timeout_secs: 7 } }), listeners: [{ name: 'proxy', address: new URL(gw.proxyUrl).host, role: 'proxy' }, { name: 'admin', address: new URL(gw.adminUrl).host, role: 'admin' }] }));
+    gw.signal('SIGUSR2');
+    await done(gw, 2);
+    const line = await gw.waitForLog((l) => l.event === 'config_reload_partial' && l.generation === 2, 5000);
+    assert.equal(line.key, 'hot_restart');
+  });
+
   test('state carries over: a failed health check stays failed in the next generation (readiness 503)', async () => {
     const gw = await keeper();
     const res = await request(`${gw.adminUrl}/healthcheck/fail`, { method: 'POST' });
