@@ -120,7 +120,7 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
   if (generation > 0 && !link) return 1;
   if (link && (!config.hot_restart.enabled || config.hot_restart.start_timeout_secs !== link.keeper.start_timeout_secs)) {
     logger.warn(
-      { event: 'config_reload_partial', key: 'hot_restart', reason: 'the keeper keeps the hot_restart settings it started with' },
+      { event: 'config_reload_partial', setting: 'hot_restart', reason: 'the keeper keeps the hot_restart settings it started with' },
       'hot_restart is read by the keeper at its start: this change applies when the service is restarted',
     );
   }

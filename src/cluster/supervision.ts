@@ -149,7 +149,7 @@ export class GroupSupervision implements Supervision {
 
   reloadStarting(nextFull: Config): void {
     if (nextFull.workers !== this.#started?.workers) {
-      this.#logger.warn({ event: 'config_reload_partial', key: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
+      this.#logger.warn({ event: 'config_reload_partial', setting: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
     }
   }
 
