@@ -11,7 +11,7 @@ import { pathToFileURL } from 'node:url';
 import { execFileSync, spawn } from 'node:child_process';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
-import { MAIN, ROOT, eventually, metricValue, scrape, startGateway, writeConfig, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
+import { MAIN, ROOT, eventually, metricValue, scrape, signalOwn, startGateway, writeConfig, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
 import { requireTool } from '../support/system-tool.ts';
 
@@ -49,22 +49,8 @@ async function keeper(extra: Record<string, unknown> = {}, env: Record<string, s
 /** The keeper is SIGKILLed by `stop()`; its generations (their own process groups) are ended here. */
 async function stopAll(gw: GatewayProcess): Promise<void> {
   for (const line of gw.logs) {
-    const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : undefined;
-    if (pid) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
-  }
-  const first = gw.logs.find((l) => l.event === 'ready' && l.generation === 1);
-  if (first?.pid) {
-    try {
-      process.kill(Number(first.pid), 'SIGKILL');
-    } catch {
-      // gone
-    }
+    const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : line.event === 'ready' && line.generation === 1 ? Number(line.pid) : 0;
+    if (pid) signalOwn(pid, 'SIGKILL', gw.configFile);
   }
   await gw.stop();
 }
@@ -356,13 +342,8 @@ describe('hot restart under the platforms that watch one process (E7, D2)', () =
     // Every process of the service: the keeper, the generations, their workers (as systemd's cgroup kill does).
     const pids = new Set<number>([gw.child.pid!]);
     for (const l of gw.logs) for (const key of ['pid', 'worker_pid', 'new_pid']) if (typeof l[key] === 'number') pids.add(l[key]);
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGTERM');
-      } catch {
-        // already gone (generation 1)
-      }
-    }
+    // (Only those still running: generation 1 may have exited, and its PID gone to another process.)
+    for (const pid of pids) signalOwn(pid, 'SIGTERM', gw.configFile);
     const exit = await gw.exited;
     assert.equal(exit.code, 0, gw.stdout().slice(-3000));
     assert.ok(!gw.logs.some((l) => l.event === 'drain_forced'), 'one signal, not two: nothing was forced');

@@ -14,7 +14,7 @@ import { join } from 'node:path';
 import { spawn } from 'node:child_process';
 import { Agent, request } from 'undici';
 import { stringify } from 'yaml';
-import { ROOT, eventually, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { ROOT, eventually, signalOwn, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockUpstream, mockHeader, type MockUpstream } from '../support/mock-upstream.ts';
 import { startMixedLoad, formatCounts, totalLost, LOAD_KINDS } from '../support/mixed-load.ts';
 import { makePki, type TestPki } from '../support/certs.ts';
@@ -176,12 +176,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 function killGenerations(gw: GatewayProcess): void {
   for (const line of gw.logs) {
     const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : line.event === 'ready' && line.generation === 1 ? Number(line.pid) : 0;
-    if (!pid) continue;
-    try {
-      process.kill(pid, 'SIGKILL');
-    } catch {
-      // gone
-    }
+    if (pid) signalOwn(pid, 'SIGKILL', gw.configFile);
   }
 }
 

@@ -1,7 +1,7 @@
 // Runs the built gateway (dist/main.js) as a child process with a generated config, the way an
 // operator would, and reads its JSON log lines from stdout.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
@@ -199,4 +199,18 @@ export function metricValue(text: string, name: string, labels: Record<string, s
 export async function scrape(gateway: GatewayProcess): Promise<string> {
   const res = await fetch(`${gateway.adminUrl}/metrics`);
   return res.text();
+}
+
+/**
+ * Signals `pid` only if it is still one of this gateway's processes (its command line names the
+ * gateway's own config file): a process that has exited may have left its PID to an unrelated one.
+ */
+export function signalOwn(pid: number, signal: NodeJS.Signals, configFile: string): boolean {
+  try {
+    if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').includes(configFile)) return false;
+    process.kill(pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
 }
