@@ -10,6 +10,7 @@ import { ConnectionTracker, TlsHandshake, type TrackedConnection } from '../../s
 import type { DrainDecision } from '../../src/lifecycle/contracts.ts';
 import { Http2Sessions } from '../../src/server/http2.ts';
 import { WebSocketProtocol } from '../../src/server/upgrade.ts';
+import { FakeHttp2Session } from '../support/fake-http2.ts';
 import { writeHead } from '../../src/server/respond.ts';
 import type { RequestContext } from '../../src/server/context.ts';
 
@@ -31,21 +32,6 @@ class FakeSocket extends EventEmitter {
   }
 }
 
-/** A server session as Http2Sessions sees it: close() is the GOAWAY. */
-class FakeSession extends EventEmitter {
-  closed = false;
-  destroyed = false;
-  goaways = 0;
-  close(): void {
-    this.goaways++;
-    this.closed = true;
-  }
-  destroy(): void {
-    this.destroyed = true;
-    this.emit('close');
-  }
-}
-
 function setup() {
   const closed: string[] = [];
   const tracker = new ConnectionTracker({ accepted() {}, closed: (_c, reason) => closed.push(reason) }, () => 0);
@@ -55,7 +41,7 @@ function setup() {
   };
   const h2 = () => {
     const c = connect();
-    const session = new FakeSession();
+    const session = new FakeHttp2Session();
     sessions.add(session as unknown as ServerHttp2Session, c.connection);
     return { ...c, session };
   };
