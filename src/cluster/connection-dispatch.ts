@@ -22,6 +22,8 @@ interface WorkerLease {
 /** One listener's socket, shared by the workers that hold it. */
 interface Share {
   readonly lease: SocketLease;
+  /** What the socket calls with each connection: passes it to a worker. */
+  readonly take: (socket: Socket) => void;
   readonly holders: WorkerLease[];
   next: number;
   serving: boolean;
@@ -41,7 +43,10 @@ export class ConnectionDispatch {
     const key = `${listener}\0${configured}`;
     let share = this.#shares.get(key);
     if (!share) {
-      share = this.#sockets.acquire(listener, configured).then((lease) => ({ lease, holders: [], next: 0, serving: false }));
+      share = this.#sockets.acquire(listener, configured).then((lease) => {
+        const made: Share = { lease, take: (socket) => this.#pass(made, socket), holders: [], next: 0, serving: false };
+        return made;
+      });
       this.#shares.set(key, share);
       share.catch(() => this.#shares.delete(key));
     }
@@ -73,7 +78,7 @@ export class ConnectionDispatch {
       if (at >= 0) share.holders.splice(at, 1);
       if (share.holders.length > 0) return this.#update(share);
       if (this.#shares.get(found.key) === pending) this.#shares.delete(found.key);
-      share.lease.unserve(this.#taker(share));
+      share.lease.unserve(share.take);
       share.lease.letGo();
     });
   }
@@ -84,24 +89,13 @@ export class ConnectionDispatch {
     this.#leases.delete(target);
   }
 
-  readonly #takers = new WeakMap<Share, (socket: Socket) => void>();
-
-  #taker(share: Share): (socket: Socket) => void {
-    let taker = this.#takers.get(share);
-    if (!taker) {
-      taker = (socket) => this.#pass(share, socket);
-      this.#takers.set(share, taker);
-    }
-    return taker;
-  }
-
   /** The socket is served while at least one worker serves it; otherwise its connections wait. */
   #update(share: Share): void {
     const serving = share.holders.some((h) => h.serving);
     if (serving === share.serving) return;
     share.serving = serving;
-    if (serving) share.lease.serve(this.#taker(share));
-    else share.lease.unserve(this.#taker(share));
+    if (serving) share.lease.serve(share.take);
+    else share.lease.unserve(share.take);
   }
 
   #pass(share: Share, socket: Socket): void {

@@ -82,8 +82,6 @@ interface Retiring {
   readonly worker: Worker;
   readonly target: DispatchTarget | undefined;
   readonly release: (() => void) | undefined;
-  readonly reason: string;
-  draining: boolean;
 }
 
 /** How often the workers' memory and request counts are checked against `workers_recycle`. */
@@ -494,7 +492,7 @@ export class WorkerGroup {
   #recycle(slot: Slot, reason: string, fields: object): void {
     const worker = slot.worker;
     if (!worker) return;
-    const old: Retiring = { slot: slot.index, worker, target: slot.target, release: slot.release, reason, draining: false };
+    const old: Retiring = { slot: slot.index, worker, target: slot.target, release: slot.release };
     this.#retiring.set(worker, old);
     this.#recycles++;
     this.#options.log.info(
@@ -510,7 +508,6 @@ export class WorkerGroup {
 
   /** The replacement serves: the recycled worker stops taking connections and drains (its work in flight finishes). */
   #retire(old: Retiring): void {
-    old.draining = true;
     this.#options.log.info({ event: 'worker_recycled', worker: old.slot, worker_pid: old.worker.process.pid }, `worker ${old.slot}'s replacement serves; the old process drains`);
     sendTo(old.worker, {
       type: 'command',

@@ -26,7 +26,6 @@ interface Generation {
   readonly number: number;
   readonly child: ChildProcess;
   state: GenerationState;
-  exitCode: number | null;
   /** It said hello: it hears messages (before that it is loading its config). */
   hello: boolean;
   readonly startedAt: number;
@@ -75,13 +74,9 @@ export class Keeper {
     return this.done;
   }
 
-  /**
-   * E7: starts the next generation; idempotent while one is in progress. Returns what happened, in
-   * words, for the caller.
-   */
-  restart(trigger: string): 'started' | 'in_progress' | 'stopping' {
-    if (this.#stopping) return 'stopping';
-    if (this.#next || !this.#current || this.#current.state !== 'serving') return 'in_progress';
+  /** E7: starts the next generation; does nothing while one is in progress or the keeper stops. */
+  restart(trigger: string): void {
+    if (this.#stopping || this.#next || !this.#current || this.#current.state !== 'serving') return;
     const old = this.#current;
     const next = this.#spawn();
     this.#next = next;
@@ -91,8 +86,8 @@ export class Keeper {
     );
     const timer = setTimeout(() => this.#failed(next, 'timeout', `generation ${next.number} was not ready within ${this.#options.startTimeoutSecs} s (hot_restart.start_timeout_secs)`), this.#options.startTimeoutSecs * 1000);
     timer.unref();
-    /** Sockets of the old generation on their way to the new one. */
-    let relaying = false;
+    /** The old generation was asked to hand over (once: at the new one's hello). */
+    let asked = false;
     const onOld = (message: unknown, handle: unknown) => {
       if (!isHotRestartMessage<FromGeneration>(message) || this.#next !== next) return;
       if (message.type === 'state') {
@@ -100,15 +95,14 @@ export class Keeper {
         this.#send(next, { type: 'inherit', state: this.#state, keeper: this.#settings() });
       } else if (message.type === 'socket' && handle) this.#relay(old, next, message.handed, handle as Server);
       else if (message.type === 'sockets_done') {
-        relaying = false;
         old.child.off('message', onOld);
         this.#send(next, { type: 'sockets_done' });
       }
     };
     next.child.on('message', (message: unknown) => {
       if (!isHotRestartMessage<FromGeneration>(message)) return;
-      if (message.type === 'hello' && !relaying && this.#next === next) {
-        relaying = true;
+      if (message.type === 'hello' && !asked && this.#next === next) {
+        asked = true;
         old.child.on('message', onOld);
         this.#send(old, { type: 'hand_over' });
       } else if (message.type === 'ready' && this.#next === next) {
@@ -121,7 +115,6 @@ export class Keeper {
       old.child.off('message', onOld);
       if (this.#next === next) this.#failed(next, 'failed', `generation ${next.number} exited with code ${code} before it was ready`);
     });
-    return 'started';
   }
 
   #settings(): KeeperSettings {
@@ -216,7 +209,6 @@ export class Keeper {
       number,
       child,
       state: 'starting',
-      exitCode: null,
       hello: false,
       startedAt: Date.now(),
       exited: new Promise<number>((resolve) => (resolveExit = resolve)),
@@ -233,7 +225,6 @@ export class Keeper {
       const exitCode = code ?? (signal ? 1 : 0);
       const wasCurrent = this.#current === generation;
       generation.state = 'exited';
-      generation.exitCode = exitCode;
       this.#generations.delete(generation);
       this.#log.info({ event: 'generation_exited', exited_generation: number, generation_pid: child.pid, exit_code: code, signal }, `generation ${number} exited`);
       resolveExit(exitCode);
