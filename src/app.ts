@@ -18,6 +18,8 @@ import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
 import type { BoundListener, ProcessInfo } from './lifecycle/process-info.ts';
 import { oneProcess, type Supervision } from './cluster/supervision.ts';
+import { configStore, type ResourceStore } from './config/store.ts';
+import type { SourceState } from './config/etcd-source.ts';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -64,7 +66,22 @@ export interface GatewayOptions {
   healthCheckFailed?: boolean;
   /** E7: this process is a generation under a keeper: the admin API can ask for a hot restart. */
   hotRestart?: HotRestartControl;
+  /** Where the config comes from (etcd mode): the admin API's writable store, its state for the metrics, and what closes it (L9). */
+  configSource?: ConfigSourceControl;
+  /** The config file's name, for the admin API's answer in file mode (none: the embedded default). */
+  configFile?: string;
 }
+
+/** What a running gateway knows of an etcd config source. */
+export interface ConfigSourceControl {
+  readonly store: ResourceStore;
+  state(): SourceState;
+  /** L9: stops the source; a snapshot write in progress gets `flushMs`. Resolves false if it did not finish. */
+  close(flushMs: number): Promise<boolean>;
+}
+
+/** L9: how long a snapshot write still in progress at the exit may take (the guide's number; in the sizing formula). */
+export const SNAPSHOT_FLUSH_MS = 5000;
 
 /** What the admin API and /server_info know of hot restart (E7). */
 export interface HotRestartControl {
@@ -111,7 +128,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       shutdown: async (forced) => {
         // L9: pools close once their requests are done (nothing is in flight by now); a forced end
         // (L8) aborts what is still going upstream instead of waiting for it.
-        await Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())));
+        await Promise.allSettled([
+          ...[...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())),
+          closeSource(),
+        ]);
         await supervision.stopped();
         flushLogger(logger);
       },
@@ -124,7 +144,17 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       }),
     },
   });
+  // L9: the etcd client closes; a snapshot write in progress gets at most SNAPSHOT_FLUSH_MS once nothing is in flight.
+  const closeSource = async () => {
+    const source = options.configSource;
+    if (!source) return;
+    const startedAt = Date.now();
+    if (!(await source.close(SNAPSHOT_FLUSH_MS))) {
+      logger.warn({ event: 'snapshot_flush_timeout', waited_ms: Date.now() - startedAt }, `the snapshot cache write did not finish within ${SNAPSHOT_FLUSH_MS / 1000} s; exiting without it (the previous snapshot stays whole)`);
+    }
+  };
   const metrics = new Metrics({
+    ...(options.configSource ? { configSource: () => options.configSource!.state() } : {}),
     connections: () => lifecycle.connections.counts(),
     draining: () => lifecycle.draining,
     drainDurationSeconds: () => lifecycle.drainSeconds(),
@@ -148,7 +178,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
   });
   const healthChecks = (): HealthCheck[] => [
-    { name: 'config_loaded', ok: true },
+    { name: 'config_loaded', ok: current.resources_pending === undefined },
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: !lifecycle.draining },
@@ -178,7 +208,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       metrics,
       lifecycle,
       version,
-      token: c.admin.token,
+      tokens: [...(c.admin.token ? [{ name: 'admin', token: c.admin.token }] : []), ...c.admin.tokens],
+      resources: options.configSource?.store ?? configStore(c, options.configFile ? 'file' : 'embedded', options.configFile ?? 'embedded default'),
+      current: () => current,
+      audit: logger,
       drainTimeSecs: c.shutdown.drain_time_secs ?? c.shutdown.min_drain_secs,
       serverInfo,
       renderMetrics,

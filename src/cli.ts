@@ -6,6 +6,8 @@ import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
 import { ConfigError, loadDefaultConfig } from './config/load.ts';
 import { embeddedSource, fileSource, type ConfigSource } from './config/source.ts';
+import { EtcdSource } from './config/etcd-source.ts';
+import { SnapshotCache } from './config/snapshot.ts';
 import { workerCount, type Config } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
@@ -91,7 +93,12 @@ async function main(argv: string[]): Promise<number> {
   }
   const generation = generationNumber();
   if (config.hot_restart.enabled && generation === 0) return keep(config, argv);
-  return serve(config, source, generation);
+  return serve(config, source, generation, file);
+}
+
+/** The snapshot cache's file: `snapshot.path`, else beside the config file (`<file>.snapshot.json`). */
+function snapshotPath(config: Config, file: string | undefined): string {
+  return config.snapshot.path ?? `${file ?? 'sluice'}.snapshot.json`;
 }
 
 /** E7: this process stays and runs the gateway as generations (see hot-restart/keeper.ts). */
@@ -106,9 +113,34 @@ function keep(config: Config, argv: string[]): Promise<number> {
   });
 }
 
-async function serve(config: Config, source: ConfigSource, generation: number): Promise<number> {
-  const loggers = createLoggers({ level: config.log.level, format: config.log.format, ...(generation > 0 ? { generation } : {}) });
+async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generation: number, file: string | undefined): Promise<number> {
+  const loggers = createLoggers({ level: bootstrapConfig.log.level, format: bootstrapConfig.log.format, ...(generation > 0 ? { generation } : {}) });
   const logger = loggers.events;
+  // With `etcd`, the resources come from etcd (or, until it answers, the snapshot cache) and the
+  // file keeps the host's part; one source either way, read by one reload procedure.
+  let config = bootstrapConfig;
+  let source = bootstrap;
+  let etcd: EtcdSource | undefined;
+  if (config.etcd) {
+    const snapshot = new SnapshotCache({
+      path: snapshotPath(config, file),
+      prefix: config.etcd.prefix,
+      log: logger,
+      // Test seam: a slow disk (L9's allowance at the exit is tested with it).
+      delayMs: Number(process.env.SLUICE_TEST_SNAPSHOT_DELAY_MS) || 0,
+    });
+    etcd = new EtcdSource({ bootstrap, settings: config.etcd, snapshot, log: logger, watchFile: config.reload.watch });
+    source = etcd;
+    try {
+      await etcd.start();
+      config = etcd.load();
+    } catch (error) {
+      if (!(error instanceof ConfigError)) throw error;
+      logger.fatal({ event: 'start_failed', source: error.source, problems: error.problems }, `could not start: ${error.message}`);
+      flushLogger(logger);
+      return 1;
+    }
+  }
   const count = workerCount(config, availableParallelism());
   let gateway: RunningGateway;
   let supervision: Supervision = oneProcess;
@@ -131,6 +163,8 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
     }
     gateway = await startGateway(config, loggers, version, {
       supervision,
+      ...(file ? { configFile: file } : {}),
+      ...(etcd ? { configSource: { store: etcd, state: () => etcd.state, close: (flushMs: number) => etcd.close(flushMs) } } : {}),
       ...(link
         ? {
             sockets: link.sockets,
@@ -185,7 +219,30 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
     };
     // E6: one reload procedure for every trigger (SIGHUP, a change of the file): the whole config
     // is read again; a bad one is refused and the last good one keeps serving.
-    const reloadFrom = (trigger: string) => {
+    // A reload in progress is followed by one more (not one per change) when changes came meanwhile.
+    let reloading = false;
+    let again: string | undefined;
+    const reloadFrom = (trigger: string): void => {
+      if (reloading) {
+        again = trigger;
+        return;
+      }
+      const settled = () => {
+        reloading = false;
+        const next = again;
+        again = undefined;
+        if (next !== undefined) reloadFrom(next);
+      };
+      reloading = true;
+      let running: Promise<void> | undefined;
+      try {
+        running = reloadOnce(trigger);
+      } finally {
+        if (running) void running.finally(settled);
+        else settled();
+      }
+    };
+    const reloadOnce = (trigger: string): Promise<void> | undefined => {
       if (started.lifecycle.draining) {
         // A file change while draining is not worth a line per save.
         if (trigger === 'SIGHUP') logger.warn({ event: 'config_reload_ignored', reason: 'draining', trigger }, 'SIGHUP ignored: the process is draining');
@@ -202,7 +259,7 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
       }
       // E6a: all or nothing; a reload that cannot be applied is logged and counted by reload() and
       // changes nothing.
-      started.reload(next, trigger).then(
+      return started.reload(next, trigger).then(
         (applied) => {
           if (applied) current = next;
         },
@@ -213,9 +270,9 @@ async function serve(config: Config, source: ConfigSource, generation: number): 
       );
     };
     const onHangUp = () => reloadFrom('SIGHUP');
-    // E6: the file is watched (reload.watch, read at start); the watch ends with the drain.
-    if (config.reload.watch) {
-      const unwatch = source.watch(() => reloadFrom('file change'));
+    // E6: the file is watched (reload.watch, read at start), and etcd always; the watch ends with the drain.
+    if (config.reload.watch || etcd) {
+      const unwatch = source.watch(reloadFrom);
       void started.lifecycle.done.finally(unwatch);
     }
     if (link) {

@@ -9,13 +9,16 @@ import type { AdminLifecycle } from '../lifecycle/contracts.ts';
 import { sendError, sendJson, writeHead } from '../server/respond.ts';
 import { GatewayError, errors } from '../api/errors.ts';
 import { ADMIN_ROUTES, openApiDocument, type AdminRoute } from './openapi.ts';
+import { serveResources, type AuditLog } from './resources-api.ts';
+import type { ResourceStore } from '../config/store.ts';
+import type { Config } from '../config/schema.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
   readonly lifecycle: AdminLifecycle;
   readonly version: string;
-  /** The admin token, if any (compared as SHA-256 digests in constant time). */
-  readonly token: string | undefined;
+  /** The admin tokens by name (`admin.token` is named "admin"), compared as SHA-256 digests in constant time. None: the API is open. */
+  readonly tokens: readonly { name: string; token: string }[];
   /** How long a graceful admin drain keeps accepting. */
   readonly drainTimeSecs: number;
   /** The process's (or, under a supervisor, the whole group's) state for GET /server_info. */
@@ -24,31 +27,50 @@ export interface AdminEnvironment {
   renderMetrics(): Promise<string>;
   /** E7: present when this process runs under a keeper (`hot_restart.enabled`). */
   readonly hotRestart?: { request(trigger: string): void; info(): object } | undefined;
+  /** Providers, models and keys: the etcd source (writable) or the config loaded from a file. */
+  readonly resources: ResourceStore;
+  /** The config serving now (a resource write is checked against it). */
+  readonly current: () => Config;
+  /** Where `config_write` audit events go. */
+  readonly audit: AuditLog;
 }
 
+/** Who an unauthenticated caller is in audit events (no admin token configured). */
+const NO_TOKEN = 'anonymous (no admin token configured)';
+
 const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
+/** The resource routes (resources-api.ts) live below this path. */
+const CONFIG = '/config';
+const UNAUTHORIZED = () => new GatewayError(401, 'authentication_error', 'invalid_admin_token', 'admin token missing or wrong: send "Authorization: Bearer <admin.token>"');
 
 export class AdminRoutes implements RouteTable {
   readonly #env: AdminEnvironment;
-  readonly #tokenDigest: Buffer | undefined;
+  readonly #tokens: { name: string; digest: Buffer }[];
   readonly #openApi: string;
 
   constructor(env: AdminEnvironment) {
     this.#env = env;
-    this.#tokenDigest = env.token ? digest(env.token) : undefined;
+    this.#tokens = env.tokens.map((t) => ({ name: t.name, digest: digest(t.token) }));
     this.#openApi = JSON.stringify(openApiDocument(env.version));
   }
 
   endpointOf(path: string): string | undefined {
+    if (path === CONFIG || path.startsWith(`${CONFIG}/`)) return 'config';
     return ROUTES.has(path) ? path.slice(1).replaceAll('/', '_') : undefined;
   }
 
   handle(ctx: RequestContext, path: string): void {
     const decision = this.#env.lifecycle;
+    if (path === CONFIG || path.startsWith(`${CONFIG}/`)) {
+      const who = this.#caller(ctx);
+      if (who === undefined) return sendError(ctx, decision, UNAUTHORIZED());
+      const { resources, current, audit } = this.#env;
+      return serveResources({ store: resources, current, audit, decision }, ctx, path.slice(CONFIG.length + 1).split('/').filter((s, i, all) => s !== '' || i < all.length - 1), who);
+    }
     const route = ROUTES.get(path);
     if (!route) return sendError(ctx, decision, errors.notFound(path));
     if (ctx.req.method !== route.method) return sendError(ctx, decision, errors.methodNotAllowed(ctx.req.method ?? '', path, route.method));
-    if (!route.open && !this.#authorized(ctx)) return sendError(ctx, decision, new GatewayError(401, 'authentication_error', 'invalid_admin_token', 'admin token missing or wrong: send "Authorization: Bearer <admin.token>"'));
+    if (!route.open && this.#caller(ctx) === undefined) return sendError(ctx, decision, UNAUTHORIZED());
     this.#serve(ctx, route);
   }
 
@@ -94,10 +116,15 @@ export class AdminRoutes implements RouteTable {
     }
   }
 
-  #authorized(ctx: RequestContext): boolean {
-    if (!this.#tokenDigest) return true;
+  /** The name of the admin token presented, or undefined when it is missing or wrong (every token is compared, in constant time). */
+  #caller(ctx: RequestContext): string | undefined {
+    if (this.#tokens.length === 0) return NO_TOKEN;
     const match = /^Bearer\s+(\S+)\s*$/i.exec(ctx.req.headers.authorization ?? '');
-    return match !== null && timingSafeEqual(digest(match[1]!), this.#tokenDigest);
+    if (!match) return undefined;
+    const presented = digest(match[1]!);
+    let who: string | undefined;
+    for (const t of this.#tokens) if (timingSafeEqual(presented, t.digest)) who ??= t.name;
+    return who;
   }
 
   #metrics(ctx: RequestContext): void {

@@ -1,5 +1,7 @@
 // The admin API's OpenAPI 3 document. `ADMIN_ROUTES` is the list the router serves from, so the
 // document and the routes cannot drift apart (a test checks both against the running program).
+import { z } from 'zod';
+import { modelSchema, namedKeySchema, providerSchema } from '../config/schema.ts';
 
 export interface AdminRoute {
   method: 'GET' | 'POST';
@@ -42,6 +44,58 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
   { method: 'GET', path: '/openapi.json', summary: 'This document.' },
 ];
 
+/** The resource routes (resources-api.ts), documented with their schemas (from the config schema, so they cannot drift either). */
+function resourcePaths(): Record<string, object> {
+  const error = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } });
+  const json = (schema: object) => ({ content: { 'application/json': { schema } } });
+  const kind = { name: 'kind', in: 'path', required: true, schema: { type: 'string', enum: ['providers', 'models', 'keys'] } };
+  const name = { name: 'name', in: 'path', required: true, description: 'The resource name, percent-encoded (a model name may hold "/" or "*").', schema: { type: 'string' } };
+  const ifMatch = { name: 'If-Match', in: 'header', required: false, description: 'Write only if the resource is at this revision (its ETag).', schema: { type: 'string' } };
+  const ifNoneMatch = { name: 'If-None-Match', in: 'header', required: false, description: '"*": create only, never replace.', schema: { type: 'string' } };
+  const resource = { oneOf: [{ $ref: '#/components/schemas/Provider' }, { $ref: '#/components/schemas/Model' }, { $ref: '#/components/schemas/Key' }] };
+  const written = json({ type: 'object', properties: { item: { type: 'object' }, revision: { type: 'integer' }, applied: { type: 'boolean', description: 'This gateway serves it already.' } } });
+  const writeErrors = {
+    '400': error('Not valid alone or with the rest of the configuration.'),
+    '409': error('The revision changed meanwhile (revision_conflict), the resource is in use (resource_in_use), or the source is a file (read_only_source).'),
+    '503': error('etcd did not answer; nothing was written.'),
+  };
+  const newKey = json({ type: 'object', properties: { item: { $ref: '#/components/schemas/Key' }, key: { type: 'string', description: 'The new key, shown this once.' }, revision: { type: 'integer' } } });
+  return {
+    '/config/{kind}': {
+      get: {
+        summary: 'The resources of a kind applied here, secrets left out (a provider key shown only as a ${VAR} reference; client keys as digests).',
+        parameters: [kind],
+        responses: { '200': json({ type: 'object', properties: { kind: { type: 'string' }, source: { type: 'string', enum: ['etcd', 'file', 'embedded'] }, revision: { type: 'integer' }, items: { type: 'array', items: resource } } }) },
+      },
+    },
+    '/config/{kind}/{name}': {
+      get: { summary: 'One resource, with its revision (also its ETag).', parameters: [kind, name], responses: { '200': json({ type: 'object', properties: { item: resource, revision: { type: 'integer' } } }), '404': error('No such resource.') } },
+      put: {
+        summary: 'Create or replace a resource (etcd mode): validated, written as a compare-and-swap on its revision, answered once this gateway serves it. A client key is stored as its SHA-256 digest.',
+        parameters: [kind, name, ifMatch, ifNoneMatch],
+        requestBody: { required: true, ...json(resource) },
+        responses: { '200': { description: 'Replaced.', ...written }, '201': { description: 'Created.', ...written }, ...writeErrors },
+      },
+      delete: { summary: 'Delete a resource (etcd mode).', parameters: [kind, name, ifMatch], responses: { '200': json({ type: 'object', properties: { deleted: { type: 'string' }, revision: { type: 'integer' } } }), '404': error('No such resource.'), ...writeErrors } },
+    },
+    '/config/keys': {
+      post: {
+        summary: 'Create a client key (etcd mode); the key is in the answer, once, and stored only as its digest.',
+        requestBody: { required: true, ...json({ type: 'object', required: ['name'], properties: { name: { type: 'string' } } }) },
+        responses: { '201': { description: 'Created.', ...newKey }, ...writeErrors },
+      },
+    },
+    '/config/keys/{name}/rotate': {
+      post: { summary: 'Give a client key a new value (etcd mode); the old one stops working once applied.', parameters: [name, ifMatch], responses: { '200': { description: 'Rotated.', ...newKey }, '404': error('No such key.'), ...writeErrors } },
+    },
+  };
+}
+
+const componentSchema = (schema: z.ZodType): object => {
+  const { $schema: _, ...rest } = z.toJSONSchema(schema, { io: 'input', target: 'openapi-3.0', unrepresentable: 'any' });
+  return rest;
+};
+
 export function openApiDocument(version: string): object {
   const paths: Record<string, object> = {};
   for (const route of ADMIN_ROUTES) {
@@ -58,6 +112,7 @@ export function openApiDocument(version: string): object {
       },
     };
   }
+  Object.assign(paths, resourcePaths());
   return {
     openapi: '3.0.3',
     info: { title: 'Sluice admin API', version },
@@ -65,6 +120,9 @@ export function openApiDocument(version: string): object {
     components: {
       securitySchemes: { adminToken: { type: 'http', scheme: 'bearer', description: 'The `admin.token` from the config, when set.' } },
       schemas: {
+        Provider: componentSchema(providerSchema),
+        Model: componentSchema(modelSchema),
+        Key: componentSchema(namedKeySchema),
         Error: {
           type: 'object',
           properties: { error: { type: 'object', properties: { message: { type: 'string' }, type: { type: 'string' }, code: { type: 'string' } } } },

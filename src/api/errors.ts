@@ -66,6 +66,7 @@ export const errors = {
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
+  configNotLoaded: (why: string) => new GatewayError(503, 'server_error', 'config_not_loaded', `this gateway has no configuration yet: ${why}`),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
   noWebSocketRoute: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no WebSocket route for ${path}`),
   httpVersionNotSupported: () =>

@@ -13,9 +13,9 @@ export class ClientKeys {
 
   constructor(keys: Config['keys']) {
     keys.forEach((entry, index) => {
-      const key = typeof entry === 'string' ? entry : entry.key;
       const name = typeof entry === 'string' ? `key-${index}` : entry.name;
-      const digest = sha256(key);
+      // A key given only as its digest (as the admin API stores them) is looked up the same way.
+      const digest = typeof entry === 'string' ? sha256(entry) : 'key_sha256' in entry ? entry.key_sha256 : sha256(entry.key);
       this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), name });
     });
   }
@@ -46,7 +46,7 @@ export function presentedKey(headers: IncomingHttpHeaders): string | undefined {
   return typeof apiKey === 'string' ? apiKey : undefined;
 }
 
-/** The SHA-256 digest of `text`'s UTF-8 bytes, in base64 (one-shot: no Hash object per request). */
-function sha256(text: string): string {
+/** The SHA-256 digest of `text`'s UTF-8 bytes, in base64 (one-shot: no Hash object per request): a key's `key_sha256`. */
+export function sha256(text: string): string {
   return hash('sha256', text, 'base64');
 }

@@ -294,6 +294,24 @@ function editDistance(a: string, b: string): number {
   return d[a.length]![b.length]!;
 }
 
+/** Problems of a schema validation without a document to locate them in (a resource, a config built in memory). */
+export function issueProblems(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): ConfigProblem[] {
+  const problems: ConfigProblem[] = [];
+  for (const issue of issues.flatMap((i) => unionBranch(i))) {
+    if (issue.code === 'unrecognized_keys') {
+      for (const key of issue.keys) problems.push({ path: formatPath([...prefix, ...issue.path, key]), message: `unknown key "${key}"` });
+    } else problems.push({ path: formatPath([...prefix, ...issue.path]), message: describeIssue(issue) });
+  }
+  return problems;
+}
+
+/** Validates a configuration put together in memory (the bootstrap file and the resources). Throws ConfigError. */
+export function validateConfig(raw: unknown, source: string): Config {
+  const result = configSchema.safeParse(raw, { reportInput: true });
+  if (!result.success) throw new ConfigError(source, issueProblems(result.error.issues));
+  return deepFreeze(result.data);
+}
+
 export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.env): Config {
   let text: string;
   try {

@@ -64,7 +64,7 @@ const listener = z.strictObject({
   direction: z.enum(['inbound', 'outbound']).default('inbound'),
 });
 
-const provider = z.strictObject({
+export const providerSchema = z.strictObject({
   name,
   type: z.enum(['openai', 'anthropic', 'echo']),
   base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).optional(),
@@ -74,16 +74,19 @@ const provider = z.strictObject({
   headers: z.record(z.string(), z.string()).default({}),
 });
 
-const model = z.strictObject({
+export const modelSchema = z.strictObject({
   name: z.string().min(1, 'expected a model name, or "*" / "prefix-*" for a pattern'),
   provider: name,
   upstream_model: z.string().min(1).optional(),
 });
 
-const clientKey = z.union([
-  z.string().min(8, 'expected a client key of at least 8 characters'),
-  z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters') }),
-]);
+const KEY_SHA256 = /^[A-Za-z0-9+/]{43}=$/;
+/** A client key: the key itself, or (as the admin API stores them) only its SHA-256 digest, base64. */
+const rawKey = z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters') });
+const hashedKey = z.strictObject({ name, key_sha256: z.string().regex(KEY_SHA256, 'expected the SHA-256 digest of the key in base64 (44 characters ending in "=")') });
+/** A named key, as a resource of the admin API or etcd holds it: the key, or its digest. */
+export const namedKeySchema = z.union([rawKey, hashedKey]);
+const clientKey = z.union([z.string().min(8, 'expected a client key of at least 8 characters'), rawKey, hashedKey]);
 
 const seconds = fromEnv(z.number().nonnegative('expected a number of seconds >= 0'));
 
@@ -105,6 +108,34 @@ const shutdown = z.strictObject({
   reset_upgraded_on_proactive_drain: fromEnv(z.boolean()).default(false),
   /** E7: an old generation still draining this long after a hot restart is ended (L8 error events). */
   parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
+});
+
+const etcd = z.strictObject({
+  /** etcd v3 client URLs (http:// or https://). */
+  endpoints: z.array(z.url({ protocol: /^https?$/, error: 'expected an etcd client URL such as http://127.0.0.1:2379' })).min(1, 'expected at least one etcd endpoint'),
+  /** Every resource lives under this key prefix, one key per resource: <prefix>providers/<name>. */
+  prefix: z.string().min(1).regex(/\/$/, 'expected a prefix ending in "/" (for example /sluice/)').default('/sluice/'),
+  username: z.string().min(1).optional(),
+  password: z.string().optional(),
+  tls: z
+    .strictObject({
+      ca_file: z.string().min(1),
+      cert_file: z.string().min(1).optional(),
+      key_file: z.string().min(1).optional(),
+    })
+    .optional(),
+  /** A request to etcd (a read, a write of the admin API) not answered by then fails. */
+  request_timeout_ms: fromEnv(z.number().int().positive()).default(5000),
+  /** Connecting to an endpoint is given this long. */
+  dial_timeout_ms: fromEnv(z.number().int().positive()).default(3000),
+});
+
+const snapshot = z.strictObject({
+  /**
+   * L9: the resources last applied are kept in this file (temp file, fsync, rename), so that the
+   * gateway starts and serves while etcd is down. Default: beside the config file, named after it.
+   */
+  path: z.string().min(1).optional(),
 });
 
 const reload = z.strictObject({
@@ -154,9 +185,13 @@ const upstream = z.strictObject({
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
+const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
+
 const admin = z.strictObject({
-  /** Bearer token required on every admin route except /livez, /readyz and /metrics. */
-  token: z.string().min(16, 'expected an admin token of at least 16 characters').optional(),
+  /** Bearer token required on every admin route except /livez, /readyz and /metrics (its name in audit events: "admin"). */
+  token: adminToken.optional(),
+  /** More tokens, each with the name that audit events give as who made a change. */
+  tokens: z.array(z.strictObject({ name, token: adminToken })).default([]),
   /** Admin listeners must bind to loopback unless this is true. */
   allow_non_loopback: fromEnv(z.boolean()).default(false),
 });
@@ -179,8 +214,8 @@ export const configSchema = z
   .strictObject({
     workers,
     listeners: z.array(listener).min(1, 'expected at least one listener'),
-    providers: z.array(provider).default([]),
-    models: z.array(model).default([]),
+    providers: z.array(providerSchema).default([]),
+    models: z.array(modelSchema).default([]),
     keys: z.array(clientKey).default([]),
     shutdown: shutdown.default(shutdown.parse({})),
     downstream: downstream.default(downstream.parse({})),
@@ -190,6 +225,9 @@ export const configSchema = z
     hot_restart: hotRestart.default(hotRestart.parse({})),
     workers_recycle: workersRecycle.default(workersRecycle.parse({})),
     reload: reload.default(reload.parse({})),
+    /** Providers, models and keys live in etcd (one key each); this file keeps what belongs to the host. */
+    etcd: etcd.optional(),
+    snapshot: snapshot.default(snapshot.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.
@@ -209,17 +247,27 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   const listeners = list('listeners');
   const providers = list('providers');
   const models = list('models');
-  const unique = (items: Named[], key: string) => {
+  const unique = (items: Named[], ...at: string[]) => {
     const seen = new Set<unknown>();
     items.forEach((item, index) => {
       if (typeof item?.name !== 'string') return;
-      if (seen.has(item.name)) ctx.addIssue({ code: 'custom', path: [key, index, 'name'], message: `duplicate name "${item.name}"` });
+      if (seen.has(item.name)) ctx.addIssue({ code: 'custom', path: [...at, index, 'name'], message: `duplicate name "${item.name}"` });
       seen.add(item.name);
     });
   };
   unique(listeners, 'listeners');
   unique(providers, 'providers');
   unique(models, 'models');
+  const adminSection = config.admin as Record<string, unknown> | undefined;
+  if (adminSection && Array.isArray(adminSection.tokens)) unique(adminSection.tokens as Named[], 'admin', 'tokens');
+  if (config.etcd !== undefined) {
+    // In etcd mode the resources live in etcd only: two sources of one list would disagree.
+    for (const kind of ['providers', 'models', 'keys'] as const) {
+      if (Array.isArray(config[kind]) && (config[kind] as unknown[]).length > 0) {
+        ctx.addIssue({ code: 'custom', path: [kind], message: `with etcd configured, ${kind} live in etcd: write them with the admin API or \`sluice apply\`, not in this file` });
+      }
+    }
+  }
   if (Array.isArray(config.listeners) && listeners.length > 0 && !listeners.some((l) => l?.role === 'proxy')) {
     ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
   }
@@ -267,7 +315,14 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   }
 }
 
-export type Config = z.infer<typeof configSchema>;
+export type Config = z.infer<typeof configSchema> & {
+  /**
+   * Set (never by the user: the schema refuses the key) while the resources are not loaded yet (etcd
+   * mode, etcd not answering and no snapshot): readiness fails `config_loaded` and proxy requests
+   * get a 503 saying why.
+   */
+  readonly resources_pending?: string;
+};
 
 /** The config with only the listeners of `role`: a supervisor serves the admin ones, its workers the proxy ones. */
 export function withListenersOf(config: Config, role: ListenerConfig['role']): Config {

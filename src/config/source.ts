@@ -1,6 +1,6 @@
 // Where the configuration comes from, behind one interface: `load()` (validated, or a ConfigError)
 // and `watch()` (told when it may have changed). One reload procedure serves every trigger (cli.ts):
-// SIGHUP, a change of the file, and, later, etcd and the admin API (issue 14).
+// SIGHUP, a change of the file, a change in etcd (`etcd-source.ts`), and through it the admin API.
 import { createHash } from 'node:crypto';
 import { readFileSync, unwatchFile, watch, watchFile, type FSWatcher } from 'node:fs';
 import { basename, dirname, resolve } from 'node:path';
@@ -12,8 +12,8 @@ export interface ConfigSource {
   readonly name: string;
   /** The configuration as it is now, validated. Throws a ConfigError. */
   load(): Config;
-  /** Calls `changed` (debounced) when the configuration may have changed; returns the way to stop. */
-  watch(changed: () => void): () => void;
+  /** Calls `changed` (debounced) with what changed ("file change", "etcd") when the configuration may have changed; returns the way to stop. */
+  watch(changed: (trigger: string) => void): () => void;
 }
 
 /** How long a burst of file events (an editor's write, rename, chmod) is let settle. */
@@ -58,7 +58,7 @@ export function fileSource(file: string): ConfigSource {
         timer = setTimeout(() => {
           timer = undefined;
           const now = digest();
-          if (now !== undefined && now !== loaded) changed();
+          if (now !== undefined && now !== loaded) changed('file change');
         }, DEBOUNCE_MS);
         timer.unref();
       };

@@ -8,7 +8,7 @@ import { ModelRouter } from '../routing/router.ts';
 import { ClientKeys } from '../auth/keys.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
-import { discardRest, readBody } from './body.ts';
+import { discardRest, readBody } from '../server/body.ts';
 import { errors, type ErrorDialect } from '../api/errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
@@ -20,6 +20,8 @@ export interface Routing {
   readonly keys: ClientKeys;
   readonly bodyLimit: number;
   readonly models: ModelCatalog;
+  /** Why the resources are not loaded yet (etcd not answering, no snapshot): every request gets a 503 saying so. */
+  readonly pending: string | undefined;
 }
 
 export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
@@ -31,6 +33,7 @@ export function createRouting(config: Config, events: ModelListEvents, previous?
     keys: new ClientKeys(config.keys),
     bodyLimit: config.downstream.request_body_limit_bytes,
     models: new ModelCatalog(router, providers, events),
+    pending: config.resources_pending,
   };
 }
 
@@ -88,6 +91,9 @@ export class Gateway {
     const { req } = ctx;
     const spec = MODEL_ENDPOINTS.get(path);
     ctx.dialect = dialectOf(ctx, spec);
+    if (routing.pending !== undefined && (spec || path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`))) {
+      return sendError(ctx, this.#env.decision, errors.configNotLoaded(routing.pending));
+    }
     if (path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`)) {
       if (req.method !== 'GET') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'GET'));
       if (!this.#authorize(ctx, routing)) return;

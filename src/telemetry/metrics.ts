@@ -20,6 +20,8 @@ export interface StateSources {
   workerRestarts?(): number;
   /** Workers replaced by `workers_recycle`. */
   workerRecycles?(): number;
+  /** The etcd config source, in etcd mode. */
+  configSource?(): { revision: number; connected: boolean | undefined; loaded: boolean; rejected: ReadonlyMap<string, number> };
 }
 
 /**
@@ -195,6 +197,47 @@ export class Metrics {
         this.set(sources.drainDurationSeconds());
       },
     });
+    if (sources.configSource) {
+      const source = sources.configSource;
+      new Gauge({
+        name: 'sluice_config_revision',
+        help: 'The etcd revision of the resources applied (providers, models, keys).',
+        registers,
+        aggregator: 'max',
+        collect() {
+          this.set(source().revision);
+        },
+      });
+      new Gauge({
+        name: 'sluice_etcd_connected',
+        help: '1 while etcd answers, 0 while the gateway serves what it has without it.',
+        registers,
+        aggregator: 'min',
+        collect() {
+          this.set(source().connected ? 1 : 0);
+        },
+      });
+      new Gauge({
+        name: 'sluice_config_loaded',
+        help: '1 once resources are applied (from etcd or the snapshot cache); 0 while readiness waits for them.',
+        registers,
+        aggregator: 'min',
+        collect() {
+          this.set(source().loaded ? 1 : 0);
+        },
+      });
+      new Counter({
+        name: 'sluice_config_resources_rejected_total',
+        help: 'Resources from etcd rejected (invalid, or not fitting the others), by kind; every other change applied.',
+        labelNames: ['kind'],
+        registers,
+        aggregator: 'max',
+        collect() {
+          this.reset();
+          for (const [kind, count] of source().rejected) this.inc({ kind }, count);
+        },
+      });
+    }
     if (sources.workers) {
       const workers = sources.workers;
       new Gauge({

@@ -1,0 +1,363 @@
+// The etcd source: the bootstrap file keeps what belongs to the host (listeners, admin, TLS,
+// workers, `etcd`), and the resources (providers, models, keys) live in etcd, one key each under
+// the prefix. They are read once, then watched from the revision last applied, so that a
+// reconnect misses nothing; a watch that etcd cancels (its history compacted) is followed by a
+// full read again. What is applied is kept in the snapshot cache (L9), which a start reads before
+// etcd answers. It is also the admin API's store: writes go to etcd as compare-and-swap
+// transactions and come back through the watch like any other change.
+import { readFileSync } from 'node:fs';
+import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
+import { noop } from 'cockatiel';
+import type { Logger } from '../telemetry/logger.ts';
+import type { ConfigSource } from './source.ts';
+import type { Config } from './schema.ts';
+import { parseResourceKey, resourceKey, ResourceSet, type Rejection, type Resource, type ResourceKind } from './resources.ts';
+import type { SnapshotCache } from './snapshot.ts';
+import { ResourceStoreError, type ResourceStore, type WriteResult } from './store.ts';
+
+export type EtcdSettings = NonNullable<Config['etcd']>;
+
+export interface EtcdSourceOptions {
+  /** The bootstrap file. */
+  bootstrap: ConfigSource;
+  /** `etcd` of the bootstrap file as it was at start (read at start only). */
+  settings: EtcdSettings;
+  snapshot: SnapshotCache | undefined;
+  log: Logger;
+  /** Watch the bootstrap file too (`reload.watch`). */
+  watchFile: boolean;
+  env?: NodeJS.ProcessEnv;
+}
+
+/** What the metrics and /server_info show of a source. */
+export interface SourceState {
+  readonly kind: 'file' | 'etcd' | 'embedded';
+  /** The etcd revision applied (0 outside etcd mode). */
+  readonly revision: number;
+  readonly connected: boolean | undefined;
+  readonly loaded: boolean;
+  /** Resources rejected since the start, by kind. */
+  readonly rejected: ReadonlyMap<ResourceKind, number>;
+}
+
+const BACKOFF_MIN_MS = 250;
+const BACKOFF_MAX_MS = 5000;
+
+export class EtcdSource implements ConfigSource, ResourceStore {
+  readonly name: string;
+  readonly mode = 'etcd' as const;
+  readonly readOnly = undefined;
+  readonly #options: EtcdSourceOptions;
+  readonly #settings: EtcdSettings;
+  readonly #client: Etcd3;
+  readonly #resources = new ResourceSet();
+  readonly #rejectedCounts = new Map<ResourceKind, number>();
+  /** Rejections found when composing (a model of a missing provider), logged once each until they go. */
+  #reported = new Map<string, string>();
+  #loaded = false;
+  #connected: boolean | undefined;
+  #closed = false;
+  #changed: ((trigger: string) => void) | undefined;
+  #watcher: Watcher | undefined;
+  #wake: (() => void) | undefined;
+
+  constructor(options: EtcdSourceOptions) {
+    this.#options = options;
+    this.#settings = options.settings;
+    this.name = `${options.bootstrap.name} + etcd ${options.settings.endpoints.join(',')} ${options.settings.prefix}`;
+    const { settings } = options;
+    const tls = settings.tls;
+    this.#client = new Etcd3({
+      hosts: [...settings.endpoints],
+      dialTimeout: settings.dial_timeout_ms,
+      ...(settings.username ? { auth: { username: settings.username, password: settings.password ?? '' } } : {}),
+      ...(tls
+        ? {
+            credentials: {
+              rootCertificate: readFileSync(tls.ca_file),
+              ...(tls.key_file ? { privateKey: readFileSync(tls.key_file) } : {}),
+              ...(tls.cert_file ? { certChain: readFileSync(tls.cert_file) } : {}),
+            },
+          }
+        : {}),
+      // Unary calls fail after the timeout and are not retried here: a read is retried by the
+      // sync loop, and a write's failure is the admin API caller's to see (503).
+      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + settings.request_timeout_ms }),
+      faultHandling: { global: noop },
+    });
+  }
+
+  get loaded(): boolean {
+    return this.#loaded;
+  }
+
+  get state(): SourceState {
+    return { kind: 'etcd', revision: this.#resources.revision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts };
+  }
+
+  /**
+   * Applies the snapshot, if there is one, then starts following etcd. Without a snapshot it
+   * waits for etcd's first answer (or its first failure) so that a start with etcd up serves at
+   * once; with one, it does not wait at all.
+   */
+  async start(): Promise<void> {
+    const { snapshot, log } = this.#options;
+    const saved = await snapshot?.read();
+    if (saved) {
+      this.#reject(this.#resources.replaceAll(saved.resources, saved.revision, this.#env));
+      this.#loaded = true;
+      log.info({ event: 'snapshot_loaded', path: snapshot!.path, revision: saved.revision, resources: this.#resources.size }, `applied the snapshot cache (etcd revision ${saved.revision}); following etcd from there`);
+    }
+    const first = this.#follow();
+    if (!saved) await first;
+  }
+
+  /** The config now: the bootstrap file (read again) completed with the resources. Throws a ConfigError. */
+  load(): Config {
+    const bootstrap = this.#options.bootstrap.load();
+    if (JSON.stringify(bootstrap.etcd) !== JSON.stringify(this.#settings)) {
+      this.#options.log.warn({ event: 'config_reload_partial', setting: 'etcd', reason: 'read at start' }, 'the etcd settings are read at start: this change applies when the gateway is restarted');
+    }
+    if (!this.#loaded) {
+      return { ...bootstrap, resources_pending: `waiting for etcd (${this.#settings.endpoints.join(', ')}); there is no snapshot cache to start from` };
+    }
+    const { config, rejected } = this.#resources.compose(bootstrap, this.name);
+    // Logged once each (every reload composes again), counted once each.
+    const now = new Map(rejected.map((r) => [r.key, r.reason]));
+    this.#reject(rejected.filter((r) => this.#reported.get(r.key) !== r.reason));
+    this.#reported = now;
+    return config;
+  }
+
+  watch(changed: (trigger: string) => void): () => void {
+    this.#changed = changed;
+    const unwatchFile = this.#options.watchFile ? this.#options.bootstrap.watch(changed) : () => {};
+    return () => {
+      this.#changed = undefined;
+      unwatchFile();
+    };
+  }
+
+  /** L9: stops following etcd and gives a snapshot write in progress up to `flushMs`; false if it did not finish. */
+  async close(flushMs: number): Promise<boolean> {
+    this.#closed = true;
+    this.#wake?.();
+    const watcher = this.#watcher;
+    this.#watcher = undefined;
+    await watcher?.cancel().catch(() => {});
+    this.#client.close();
+    return this.#options.snapshot ? this.#options.snapshot.flush(flushMs) : true;
+  }
+
+  get #env(): NodeJS.ProcessEnv {
+    return this.#options.env ?? process.env;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Following etcd
+
+  /** Reads everything, then watches; after a failure, backs off and resumes. Resolves after the first read (or its failure). */
+  #follow(): Promise<void> {
+    let first!: () => void;
+    const firstDone = new Promise<void>((resolve) => (first = resolve));
+    void (async () => {
+      let backoff = BACKOFF_MIN_MS;
+      let listed = false;
+      while (!this.#closed) {
+        try {
+          if (!listed) {
+            await this.#list();
+            listed = true;
+            first();
+          }
+          const ended = await this.#watchFrom(this.#resources.revision + 1);
+          if (this.#closed) break;
+          if (ended === 'compacted') {
+            // The history since the revision applied is gone: read everything again, at once.
+            this.#options.log.warn({ event: 'etcd_watch_compacted', revision: this.#resources.revision }, 'etcd compacted the history this gateway was following; reading every resource again');
+            listed = false;
+            continue;
+          }
+          backoff = BACKOFF_MIN_MS;
+        } catch (error) {
+          first();
+          this.#disconnected(error);
+        }
+        if (this.#closed) break;
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, backoff);
+          this.#wake = () => {
+            clearTimeout(timer);
+            resolve();
+          };
+        });
+        backoff = Math.min(backoff * 2, BACKOFF_MAX_MS);
+      }
+      first();
+    })();
+    return firstDone;
+  }
+
+  #disconnected(error: unknown): void {
+    if (this.#closed) return;
+    if (this.#connected !== false) {
+      this.#options.log.warn(
+        { event: 'etcd_unavailable', endpoints: this.#settings.endpoints, reason: (error as Error)?.message ?? String(error), serving: this.#loaded ? `revision ${this.#resources.revision}` : 'nothing yet' },
+        this.#loaded ? 'etcd is not answering; the gateway keeps serving what it has and retries' : 'etcd is not answering and there is no snapshot: not ready until it answers',
+      );
+    }
+    this.#connected = false;
+  }
+
+  #connectedNow(): void {
+    if (this.#connected !== true) this.#options.log.info({ event: 'etcd_connected', endpoints: this.#settings.endpoints, revision: this.#resources.revision }, 'following etcd');
+    this.#connected = true;
+  }
+
+  /** A full read of the prefix: the resources become exactly what etcd holds. */
+  async #list(): Promise<void> {
+    const { prefix } = this.#settings;
+    const response = await this.#client.getAll().prefix(prefix).exec();
+    const entries = new Map<string, { value: string; revision: number }>();
+    for (const kv of response.kvs) entries.set(kv.key.toString().slice(prefix.length), { value: kv.value.toString(), revision: Number(kv.mod_revision) });
+    const before = JSON.stringify([...this.#resources.entries()]);
+    this.#reject(this.#resources.replaceAll(entries, Number(response.header.revision), this.#env));
+    this.#connectedNow();
+    const changed = !this.#loaded || JSON.stringify([...this.#resources.entries()]) !== before;
+    this.#loaded = true;
+    this.#applied(changed, true);
+  }
+
+  /** Watches from `revision` until the watch breaks ('broken') or etcd cancels it for compaction ('compacted'). */
+  #watchFrom(revision: number): Promise<'broken' | 'compacted'> {
+    const { prefix } = this.#settings;
+    return new Promise((resolve, reject) => {
+      const watcher = this.#client.watch().prefix(prefix).startRevision(String(revision)).watcher();
+      this.#watcher = watcher;
+      let settled = false;
+      let created = false;
+      // etcd3 would resume by itself from its own idea of the revision: this source resumes from
+      // the revision it applied, with a new watcher.
+      const end = (outcome: 'broken' | 'compacted' | Error) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (this.#watcher === watcher) this.#watcher = undefined;
+        void watcher.cancel().catch(() => {});
+        if (outcome instanceof Error) reject(outcome);
+        else resolve(outcome);
+      };
+      const timer = setTimeout(() => end(new Error(`no watch within ${this.#settings.request_timeout_ms} ms`)), this.#settings.request_timeout_ms);
+      watcher.on('connected', () => {
+        created = true;
+        clearTimeout(timer);
+        this.#connectedNow();
+      });
+      watcher.on('data', (response: { events: { type: string; kv: IKeyValue }[]; header: { revision: string }; compact_revision?: string }) => {
+        if (settled) return;
+        const changes = response.events.map((event) => ({
+          key: event.kv.key.toString().slice(prefix.length),
+          value: event.type === 'Delete' ? undefined : event.kv.value.toString(),
+          revision: Number(event.kv.mod_revision),
+        }));
+        if (changes.length === 0) return;
+        this.#reject(this.#resources.apply(changes, this.#env));
+        this.#resources.revision = Math.max(this.#resources.revision, ...changes.map((c) => c.revision));
+        this.#applied(true, false);
+      });
+      watcher.on('disconnected', (error: Error) => end(created ? 'broken' : error));
+      // etcd cancels a watch whose start revision was compacted away (the only cancel we cause not ourselves).
+      watcher.on('error', (error: Error) => end(/compact/i.test(error.message) || created ? 'compacted' : error));
+    });
+  }
+
+  /** After the resources changed: the snapshot is written and the gateway told. */
+  #applied(changed: boolean, listed: boolean): void {
+    if (!changed && !listed) return;
+    if (changed) {
+      this.#options.snapshot?.write({ resources: this.#resources.entries(), revision: this.#resources.revision });
+      this.#changed?.('etcd');
+    } else {
+      // A read that found nothing new still moves the revision the snapshot records.
+      this.#options.snapshot?.write({ resources: this.#resources.entries(), revision: this.#resources.revision });
+    }
+  }
+
+  #reject(rejected: readonly Rejection[]): void {
+    for (const r of rejected) {
+      const kind = parseResourceKey(r.key)?.kind;
+      if (kind) this.#rejectedCounts.set(kind, (this.#rejectedCounts.get(kind) ?? 0) + 1);
+      this.#options.log.error({ event: 'resource_rejected', resource: r.key, reason: r.reason }, `resource ${r.key} rejected (every other change applies): ${r.reason}`);
+    }
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // The admin API's store
+
+  list(kind: ResourceKind): { items: Resource[]; revision: number } {
+    return { items: this.#resources.list(kind), revision: this.#resources.revision };
+  }
+
+  get(kind: ResourceKind, name: string): Resource | undefined {
+    return this.#resources.get(kind, name);
+  }
+
+  /** What `kind/name` is in etcd now: its JSON and revision (0: absent). */
+  async current(kind: ResourceKind, name: string): Promise<{ value: string | undefined; revision: number }> {
+    const kv = await this.#call(() => this.#client.get(this.#settings.prefix + resourceKey(kind, name)).exec());
+    const found = kv.kvs[0];
+    return found ? { value: found.value.toString(), revision: Number(found.mod_revision) } : { value: undefined, revision: 0 };
+  }
+
+  /** Writes `stored` as `kind/name` if the key's revision is still `expected` (0: absent). */
+  async put(kind: ResourceKind, name: string, stored: object, expected: number): Promise<WriteResult> {
+    const key = this.#settings.prefix + resourceKey(kind, name);
+    const result = await this.#call(() =>
+      this.#client.if(key, 'Mod', '==', expected).then(this.#client.put(key).value(JSON.stringify(stored))).else(this.#client.get(key)).commit(),
+    );
+    if (!result.succeeded) throw conflict(kind, name, expected, revisionOf(result));
+    return { before: expected, revision: Number(result.header.revision) };
+  }
+
+  async delete(kind: ResourceKind, name: string, expected: number): Promise<WriteResult> {
+    const key = this.#settings.prefix + resourceKey(kind, name);
+    const result = await this.#call(() => this.#client.if(key, 'Mod', '==', expected).then(this.#client.delete().key(key)).else(this.#client.get(key)).commit());
+    if (!result.succeeded) throw conflict(kind, name, expected, revisionOf(result));
+    return { before: expected, revision: Number(result.header.revision) };
+  }
+
+  /** Resolves once this gateway has applied `revision` (or after `timeoutMs`): a write is answered when it serves here. */
+  async applied(revision: number, timeoutMs: number): Promise<boolean> {
+    const deadline = Date.now() + timeoutMs;
+    while (this.#resources.revision < revision) {
+      if (Date.now() >= deadline) return false;
+      await new Promise((resolve) => setTimeout(resolve, 5));
+    }
+    return true;
+  }
+
+  async #call<T>(call: () => Promise<T>): Promise<T> {
+    try {
+      return await call();
+    } catch (error) {
+      throw new ResourceStoreError(503, 'etcd_unavailable', `etcd did not answer (${(error as Error).message}); nothing was written`);
+    }
+  }
+}
+
+/** The revision a failed compare found (from the transaction's `else` read; 0: absent). */
+function revisionOf(result: { responses: { response_range?: { kvs: IKeyValue[] } | null }[] }): number {
+  const kv = result.responses[0]?.response_range?.kvs[0];
+  return kv ? Number(kv.mod_revision) : 0;
+}
+
+function conflict(kind: ResourceKind, name: string, expected: number, found: number): ResourceStoreError {
+  const what = `${kind}/${name}`;
+  const message =
+    expected === 0
+      ? `${what} already exists (revision ${found}); send If-Match with its revision to replace it`
+      : found === 0
+        ? `${what} was deleted meanwhile (expected revision ${expected})`
+        : `${what} changed meanwhile: it is at revision ${found}, not ${expected}; read it again and retry`;
+  return new ResourceStoreError(409, 'revision_conflict', message, found);
+}

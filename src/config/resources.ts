@@ -1,0 +1,191 @@
+// Providers, models and keys as resources: one per key, `<kind>/<name>`, each a JSON document that
+// the schema's item type validates. What the etcd source, the snapshot cache and the admin API
+// share. A resource that is not valid is rejected alone: the others apply, and the key keeps the
+// last value of it that was valid (or stays absent).
+import { ConfigError, formatPath, issueProblems, validateConfig } from './load.ts';
+import { interpolate, type MissingVariable } from './interpolate.ts';
+import { modelSchema, namedKeySchema, providerSchema, type Config } from './schema.ts';
+
+export const RESOURCE_KINDS = ['providers', 'models', 'keys'] as const;
+export type ResourceKind = (typeof RESOURCE_KINDS)[number];
+
+const SCHEMAS = { providers: providerSchema, models: modelSchema, keys: namedKeySchema } as const;
+
+export function isResourceKind(text: string): text is ResourceKind {
+  return (RESOURCE_KINDS as readonly string[]).includes(text);
+}
+
+/** The key of a resource below the prefix: `models/gpt-4o`. The name is percent-encoded (a model name may hold "/" or "*"). */
+export function resourceKey(kind: ResourceKind, name: string): string {
+  return `${kind}/${encodeURIComponent(name)}`;
+}
+
+export function parseResourceKey(key: string): { kind: ResourceKind; name: string } | undefined {
+  const slash = key.indexOf('/');
+  const kind = key.slice(0, slash);
+  if (slash < 0 || !isResourceKind(kind)) return undefined;
+  try {
+    const name = decodeURIComponent(key.slice(slash + 1));
+    return name === '' || resourceKey(kind, name) !== key ? undefined : { kind, name };
+  } catch {
+    return undefined;
+  }
+}
+
+/** A resource as stored (its `${VAR}`s not resolved) and as it serves (resolved, validated). */
+export interface Resource {
+  readonly kind: ResourceKind;
+  readonly name: string;
+  /** The JSON object stored, with its `name`. */
+  readonly stored: Readonly<Record<string, unknown>>;
+  /** The validated value, `${VAR}`s resolved from this process's environment. */
+  readonly value: unknown;
+  /** The etcd revision of its last change (0 when not from etcd). */
+  readonly revision: number;
+}
+
+export type Checked = { ok: true; resource: Resource } | { ok: false; reason: string };
+
+/**
+ * Checks one resource: a JSON object (text) or an object, of its kind's schema, with `${VAR}`
+ * resolved from `env`. Its `name`, when given, must be the one of its key (it is filled in when not).
+ */
+export function checkResource(kind: ResourceKind, name: string, document: string | unknown, revision: number, env: NodeJS.ProcessEnv = process.env): Checked {
+  let parsed: unknown = document;
+  if (typeof document === 'string') {
+    try {
+      parsed = JSON.parse(document);
+    } catch (error) {
+      return { ok: false, reason: `not JSON: ${(error as Error).message}` };
+    }
+  }
+  if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return { ok: false, reason: 'expected a JSON object' };
+  const object = parsed as Record<string, unknown>;
+  if (object.name !== undefined && object.name !== name) return { ok: false, reason: `its name "${String(object.name)}" is not the one of its key ("${name}")` };
+  const stored = { ...object, name };
+  const missing: MissingVariable[] = [];
+  let resolved: unknown;
+  try {
+    resolved = interpolate(stored, env, missing);
+  } catch (error) {
+    return { ok: false, reason: (error as Error).message };
+  }
+  if (missing.length > 0) {
+    return { ok: false, reason: missing.map((m) => `${formatPath(m.path)}: environment variable \${${m.variable}} is not set on this gateway`).join('; ') };
+  }
+  const result = SCHEMAS[kind].safeParse(resolved, { reportInput: true });
+  if (!result.success) return { ok: false, reason: issueProblems(result.error.issues).map((p) => `${p.path || '(resource)'}: ${p.message}`).join('; ') };
+  return { ok: true, resource: { kind, name, stored, value: result.data, revision } };
+}
+
+export interface Rejection {
+  /** The resource's key (`models/gpt-4o`). */
+  readonly key: string;
+  readonly reason: string;
+}
+
+/** One change of a key: its new JSON, or deleted. */
+export interface ResourceChange {
+  readonly key: string;
+  readonly value: string | undefined;
+  readonly revision: number;
+}
+
+/**
+ * The resources applied: for each key the last value that was valid on its own. What a config is
+ * composed from, what the snapshot holds and what the admin API lists.
+ */
+export class ResourceSet {
+  readonly #resources = new Map<string, Resource>();
+  /** The etcd revision these resources are at (0: not from etcd). */
+  revision = 0;
+
+  /** Applies changes in order. A key whose new value is not valid keeps its last good one: it is returned as rejected. */
+  apply(changes: readonly ResourceChange[], env: NodeJS.ProcessEnv = process.env): Rejection[] {
+    const rejected: Rejection[] = [];
+    for (const change of changes) {
+      const at = parseResourceKey(change.key);
+      if (!at) {
+        rejected.push({ key: change.key, reason: `not a resource key: expected <${RESOURCE_KINDS.join('|')}>/<name, percent-encoded>` });
+        continue;
+      }
+      if (change.value === undefined) {
+        this.#resources.delete(change.key);
+        continue;
+      }
+      const checked = checkResource(at.kind, at.name, change.value, change.revision, env);
+      if (checked.ok) this.#resources.set(change.key, checked.resource);
+      else rejected.push({ key: change.key, reason: checked.reason });
+    }
+    return rejected;
+  }
+
+  /** Replaces everything by `entries` (a full read): keys absent from it are deleted. */
+  replaceAll(entries: ReadonlyMap<string, { value: string; revision: number }>, revision: number, env: NodeJS.ProcessEnv = process.env): Rejection[] {
+    const changes: ResourceChange[] = [];
+    for (const key of this.#resources.keys()) if (!entries.has(key)) changes.push({ key, value: undefined, revision });
+    for (const [key, entry] of entries) {
+      const known = this.#resources.get(key);
+      // Unchanged since applied: nothing to check again (a key rejected before is checked again: its revision differs).
+      if (known && known.revision === entry.revision && known.revision !== 0) continue;
+      changes.push({ key, value: entry.value, revision: entry.revision });
+    }
+    this.revision = revision;
+    return this.apply(changes, env);
+  }
+
+  get(kind: ResourceKind, name: string): Resource | undefined {
+    return this.#resources.get(resourceKey(kind, name));
+  }
+
+  list(kind: ResourceKind): Resource[] {
+    return [...this.#resources.values()].filter((r) => r.kind === kind).sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  }
+
+  /** Key → stored JSON and revision: what the snapshot keeps. */
+  entries(): Map<string, { value: string; revision: number }> {
+    return new Map([...this.#resources].map(([key, r]) => [key, { value: JSON.stringify(r.stored), revision: r.revision }]));
+  }
+
+  get size(): number {
+    return this.#resources.size;
+  }
+
+  /**
+   * The config `bootstrap` (the host's part, from the file) completed with these resources. A
+   * resource that does not fit with the others (a model of a provider that is not there) is left
+   * out and returned as rejected; the rest is validated as one config (a failure there throws a
+   * ConfigError: nothing applies).
+   */
+  compose(bootstrap: Config, source: string): { config: Config; rejected: Rejection[] } {
+    const rejected: Rejection[] = [];
+    let included = RESOURCE_KINDS.flatMap((kind) => this.list(kind));
+    const providers = new Set(included.filter((r) => r.kind === 'providers').map((r) => r.name));
+    included = included.filter((r) => {
+      const provider = r.kind === 'models' ? (r.value as { provider: string }).provider : undefined;
+      if (provider === undefined || providers.has(provider)) return true;
+      rejected.push({ key: resourceKey(r.kind, r.name), reason: `unknown provider "${provider}"` });
+      return false;
+    });
+    // What the whole-config checks still find in one resource (an echo provider with a base_url) leaves that one out.
+    for (let attempt = 0; ; attempt++) {
+      const { resources_pending: _pending, etcd: _etcd, ...host } = bootstrap;
+      const raw = { ...host, ...Object.fromEntries(RESOURCE_KINDS.map((kind) => [kind, included.filter((r) => r.kind === kind).map((r) => r.value)])) };
+      try {
+        return { config: validateConfig(raw, source), rejected };
+      } catch (error) {
+        if (!(error instanceof ConfigError) || attempt > included.length) throw error;
+        const culprits = new Set<Resource>();
+        for (const problem of error.problems) {
+          const match = /^(providers|models|keys)\[(\d+)\]/.exec(problem.path);
+          const kind = match?.[1] as ResourceKind | undefined;
+          const resource = kind ? included.filter((r) => r.kind === kind)[Number(match![2])] : undefined;
+          if (!resource) throw error;
+          if (!culprits.has(resource)) rejected.push({ key: resourceKey(resource.kind, resource.name), reason: problem.path.replace(/^[a-z]+\[\d+\]\.?/, '') + (problem.path.includes('.') ? ': ' : '') + problem.message });
+          culprits.add(resource);
+        }
+        included = included.filter((r) => !culprits.has(r));
+      }
+    }
+  }
+}
