@@ -267,8 +267,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         models: config.models.length,
         keys: config.keys.length,
         ...supervision.logFields(),
+        ...(config.resources_pending !== undefined ? { config_loaded: false } : {}),
       },
-      'sluice is ready',
+      config.resources_pending === undefined ? 'sluice is ready' : `sluice is listening, not ready: ${config.resources_pending}`,
     );
   }
 
