@@ -2,7 +2,7 @@
 // gateway restarted while etcd is down starts with them and serves. A write goes to a temporary
 // file beside the snapshot, is fsynced, renamed over it and the directory fsynced: whatever ends
 // the process when, the file on disk is the old snapshot or the new one, never a part of one.
-import { mkdir, open, rename, rm, readFile } from 'node:fs/promises';
+import { mkdir, open, readdir, rename, rm, readFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 
 /** Bumped when the layout changes: a snapshot of a newer format is ignored (with a warning). */
@@ -44,6 +44,8 @@ export class SnapshotCache {
   /** What to write once the current write is done (only the latest counts). */
   #next: Snapshot | undefined;
   #written = 0;
+  /** The last write failed (logged once until one succeeds). */
+  #failing = false;
 
   constructor(options: SnapshotOptions) {
     this.#options = options;
@@ -61,6 +63,7 @@ export class SnapshotCache {
   /** The snapshot on disk, or undefined (none, unreadable, another prefix, a newer format: each but "none" with a warning). */
   async read(): Promise<Snapshot | undefined> {
     const { path, prefix, log } = this.#options;
+    await this.#removeLeftovers();
     let text: string;
     try {
       text = await readFile(path, 'utf8');
@@ -116,12 +119,34 @@ export class SnapshotCache {
         try {
           await this.#writeFile(snapshot);
           this.#written++;
+          if (this.#failing) this.#options.log.warn({ event: 'snapshot_write_recovered', path: this.#options.path }, 'the snapshot cache is written again');
+          this.#failing = false;
         } catch (error) {
-          this.#options.log.error({ event: 'snapshot_write_failed', path: this.#options.path, reason: (error as NodeJS.ErrnoException).code ?? (error as Error).message }, 'the snapshot cache could not be written; the gateway serves on, but would start without it');
+          if (!this.#failing) {
+            this.#options.log.error({ event: 'snapshot_write_failed', path: this.#options.path, reason: (error as NodeJS.ErrnoException).code ?? (error as Error).message }, 'the snapshot cache could not be written (said once until it works again); the gateway serves on, but a restart while etcd is down would find an older snapshot or none');
+          }
+          this.#failing = true;
         }
       }
     } finally {
       this.#writing = undefined;
+    }
+  }
+
+  /** Temporary files of processes that were killed while writing (a living one's are left alone). */
+  async #removeLeftovers(): Promise<void> {
+    const directory = dirname(this.#options.path);
+    const pattern = new RegExp(`^\\.${basename(this.#options.path).replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.(\\d+)\\.tmp$`);
+    let names: string[];
+    try {
+      names = await readdir(directory);
+    } catch {
+      return;
+    }
+    for (const name of names) {
+      const pid = Number(pattern.exec(name)?.[1]);
+      if (!pid || pid === process.pid || alive(pid)) continue;
+      await rm(join(directory, name), { force: true });
     }
   }
 
@@ -152,5 +177,14 @@ export class SnapshotCache {
     } finally {
       await dir.close();
     }
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
   }
 }
