@@ -113,6 +113,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   // A supervisor serves only the admin listeners; its workers serve the rest.
   const config = supervision.own(fullConfig);
   let current = config;
+  /** The whole config serving (a supervisor's own has only the admin listeners): what a resource write is checked against. */
+  let currentFull = fullConfig;
   let listeners: Listener[] = [];
   const lifecycle = new Lifecycle({
     clock: systemClock,
@@ -210,7 +212,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       version,
       tokens: [...(c.admin.token ? [{ name: 'admin', token: c.admin.token }] : []), ...c.admin.tokens],
       resources: options.configSource?.store ?? configStore(c, options.configFile ? 'file' : 'embedded', options.configFile ?? 'embedded default'),
-      current: () => current,
+      current: () => currentFull,
       audit: logger,
       drainTimeSecs: c.shutdown.drain_time_secs ?? c.shutdown.min_drain_secs,
       serverInfo,
@@ -420,6 +422,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       return false;
     }
     prepared.commit();
+    currentFull = nextFull;
     supervision.finishReload(true);
     return true;
   }

@@ -110,6 +110,23 @@ describe('etcd: several gateways', { skip }, () => {
   });
 });
 
+describe('etcd: workers', { skip }, () => {
+  test('with workers: 2 the supervisor follows etcd and its admin API writes; both workers serve the change', async () => {
+    const prefix = await seeded();
+    const gw = await startGateway({ config: { ...etcdConfig(prefix), workers: 2 } });
+    try {
+      const added = await adminCall(gw, 'PUT', '/config/models/grouped', { provider: 'echo' });
+      assert.equal(added.status, 201, added.body);
+      // Fresh connections go to the workers in turn: a few requests reach both.
+      for (let i = 0; i < 6; i++) assert.equal((await chat(gw, 'grouped')).status, 200);
+      const key = json(await adminCall(gw, 'POST', '/config/keys', { name: 'grouped-key' })).key as string;
+      for (let i = 0; i < 6; i++) assert.equal((await chat(gw, 'base', key)).status, 200);
+    } finally {
+      await gw.stop();
+    }
+  });
+});
+
 describe('etcd: the admin write API', { skip }, () => {
   let gw: GatewayProcess;
   let prefix: string;
