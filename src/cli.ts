@@ -17,6 +17,7 @@ import { runWorker } from './worker.ts';
 import { Keeper } from './hot-restart/keeper.ts';
 import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
 import { requestRestart } from './hot-restart/restart-command.ts';
+import { applyResources, getResources } from './commands/resources-command.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -28,10 +29,20 @@ Usage:
   sluice restart [--config FILE] [--admin URL] [--token TOKEN]
                                      hot restart (hot_restart.enabled): a new generation takes the
                                      sockets, then the old one drains; waits and says how it went
+  sluice apply -f FILE [--admin URL] [--token TOKEN] [--config FILE]
+                                     creates or updates, through the admin API (etcd mode), the
+                                     providers, models and keys a YAML file lists (providers:,
+                                     models:, keys:, as in a config file); never deletes what the
+                                     file does not list. Says for each: created, configured, unchanged
+  sluice get providers|models|keys [NAME] [-o json|yaml] [--admin URL] [--token TOKEN] [--config FILE]
+                                     lists them as a table (secrets left out); -o yaml prints a
+                                     file that apply -f takes
   sluice --version | --help
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
 proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
+restart, apply and get ask the admin listener of the config (or --admin URL) with --token, else
+SLUICE_ADMIN_TOKEN, else the config's admin token.
 Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once; SIGHUP reloads
 the config; SIGUSR2 hot restarts (hot_restart.enabled). With workers > 1 or hot restart, signal
 the process started; the others follow it.
@@ -50,6 +61,8 @@ async function main(argv: string[]): Promise<number> {
         help: { type: 'boolean', short: 'h' },
         admin: { type: 'string' },
         token: { type: 'string' },
+        file: { type: 'string', short: 'f' },
+        output: { type: 'string', short: 'o' },
       },
     });
   } catch (error) {
@@ -66,7 +79,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const command = positionals[0] ?? 'serve';
-  if (positionals.length > 1 || (command !== 'serve' && command !== 'validate' && command !== 'restart')) {
+  if (positionals.length > (command === 'get' ? 3 : 1) || !['serve', 'validate', 'restart', 'apply', 'get'].includes(command)) {
     process.stderr.write(`sluice: unknown command "${positionals.join(' ')}"\n\n${HELP}`);
     return 2;
   }
@@ -77,14 +90,16 @@ async function main(argv: string[]): Promise<number> {
     config = source.load();
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
-    // `sluice restart --admin URL` needs nothing of a config (its `${VAR}`s may not be set here).
-    if (command === 'restart' && values.admin) config = loadDefaultConfig();
+    // `sluice restart|apply|get --admin URL` need nothing of a config (its `${VAR}`s may not be set here).
+    if ((command === 'restart' || command === 'apply' || command === 'get') && values.admin) config = loadDefaultConfig();
     else {
       process.stderr.write(`sluice: ${error.message}\n`);
       return 1;
     }
   }
   if (command === 'restart') return requestRestart(config, { admin: values.admin, token: values.token ?? process.env.SLUICE_ADMIN_TOKEN });
+  if (command === 'apply') return applyResources(config, { file: values.file, admin: values.admin, token: values.token });
+  if (command === 'get') return getResources(config, { kind: positionals[1], name: positionals[2], output: values.output, admin: values.admin, token: values.token });
   if (command === 'validate') {
     process.stdout.write(
       `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys, ${workerCount(config, availableParallelism())} workers\n`,

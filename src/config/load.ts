@@ -126,8 +126,10 @@ function unionBranch(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
   if (issue.code !== 'invalid_union' || !Array.isArray(issue.errors)) return [issue];
   // A branch fits when its problems are inside the value (its keys), not with the value itself.
   const fitting = issue.errors.filter((branch) => branch.every((inner) => inner.path.length > 0 || inner.code === 'unrecognized_keys'));
-  if (fitting.length !== 1) return [issue];
-  return fitting[0]!.flatMap((inner) => unionBranch({ ...inner, path: [...issue.path, ...inner.path] } as z.core.$ZodIssue));
+  if (fitting.length === 0) return [issue];
+  // Of several (a key given as `key` or as `key_sha256`), the one with the fewest problems; the first on a tie.
+  const best = fitting.reduce((a, b) => (b.length < a.length ? b : a));
+  return best.flatMap((inner) => unionBranch({ ...inner, path: [...issue.path, ...inner.path] } as z.core.$ZodIssue));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -1,22 +1,12 @@
 // `sluice restart`: asks the running gateway's admin API for a hot restart (E7), then follows
 // /server_info until the new generation serves or the restart has failed, and says which.
 import type { Config } from '../config/schema.ts';
-import { parseAddress } from '../config/schema.ts';
+import { adminUrl } from '../commands/admin-client.ts';
 
 interface Info {
   hot_restart: { generation: number; last: { result: string; reason: string | null; generation: number } | null } | null;
   pid?: number;
   version?: string;
-}
-
-/** The admin API's URL: given, or the config's first admin listener (a wildcard host is asked on loopback). */
-function adminUrl(config: Config, given: string | undefined): string | undefined {
-  if (given) return given.replace(/\/+$/, '');
-  const admin = config.listeners.find((l) => l.role === 'admin');
-  const parsed = admin ? parseAddress(admin.address) : undefined;
-  if (!admin || !parsed) return undefined;
-  const host = parsed.host === '0.0.0.0' ? '127.0.0.1' : parsed.host === '::' ? '::1' : parsed.host;
-  return `${admin.tls ? 'https' : 'http'}://${host.includes(':') ? `[${host}]` : host}:${parsed.port}`;
 }
 
 export async function requestRestart(config: Config, options: { admin: string | undefined; token: string | undefined }): Promise<number> {

@@ -64,10 +64,11 @@ describe('defaults', () => {
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       log: { level: 'info', access_log: true, format: 'auto' },
-      admin: { allow_non_loopback: false },
+      admin: { allow_non_loopback: false, tokens: [] },
       hot_restart: { enabled: false, start_timeout_secs: 60 },
       workers_recycle: { max_rss_mb: 0, max_requests: 0 },
       reload: { watch: true },
+      snapshot: {},
     });
   });
 
