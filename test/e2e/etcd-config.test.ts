@@ -14,6 +14,21 @@ import { startGateway, eventually, metricValue, scrape, type GatewayProcess } fr
 import { httpRequest, postJson, type RawResponse } from '../support/http.ts';
 import { etcdCheck, startEtcd, type EtcdServer } from '../support/etcd.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
+import { spawn } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
+import { MAIN, ROOT } from '../support/gateway-process.ts';
+
+/** Runs `sluice ARGS` (the built program) to its end. */
+function sluice(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: { ...process.env, SLUICE_CONFIG: '', SLUICE_ADMIN_TOKEN: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    child.once('exit', (code) => resolve({ code, stdout, stderr }));
+  });
+}
 
 const skip = etcdCheck().skip;
 const TOKEN = 'ops-alice-token-0123456789abcdef';
@@ -179,6 +194,34 @@ describe('etcd: the admin write API', { skip }, () => {
     for (const line of audit) assert.ok(Number(line.after_revision) > Number(line.before_revision));
     for (const secret of [providerKey, rawKey, created.key]) assert.ok(!gw.stdout().includes(secret), 'no secret in the log');
     assert.ok(!(await scrape(gw)).includes(providerKey));
+  });
+
+  test('sluice apply -f writes providers, models and keys (created, then unchanged, then configured); sluice get lists them', async () => {
+    const file = join(mkdtempSync(join(tmpdir(), 'sluice-apply-')), 'resources.yaml');
+    const write = (upstream: string) =>
+      writeFileSync(
+        file,
+        `models:\n  - { name: applied-model, provider: applied-echo, upstream_model: ${upstream} }\nproviders:\n  - { name: applied-echo, type: echo }\nkeys:\n  - { name: applied-key, key: sk-applied-key-0000001 }\n`,
+      );
+    const common = ['--admin', gw.adminUrl, '--token', TOKEN];
+    write('one');
+    const first = await sluice(['apply', '-f', file, ...common]);
+    assert.equal(first.code, 0, first.stderr);
+    assert.match(first.stdout, /providers\/applied-echo created/);
+    assert.match(first.stdout, /models\/applied-model created/);
+    assert.match(first.stdout, /keys\/applied-key created/);
+    assert.equal((await chat(gw, 'applied-model', 'sk-applied-key-0000001')).status, 200);
+    const again = await sluice(['apply', '-f', file, ...common]);
+    assert.equal(again.code, 0, again.stderr);
+    assert.equal(again.stdout.match(/unchanged/g)?.length, 3, again.stdout);
+    write('two');
+    const edited = await sluice(['apply', '-f', file, ...common]);
+    assert.match(edited.stdout, /models\/applied-model configured/);
+    assert.equal(json(await adminCall(gw, 'GET', '/config/models/applied-model')).item.upstream_model, 'two');
+    assert.ok(!(await etcd.get(`${prefix}keys/applied-key`))!.includes('sk-applied-key'), 'the key reached etcd as a digest');
+    const table = await sluice(['get', 'models', ...common]);
+    assert.equal(table.code, 0, table.stderr);
+    assert.match(table.stdout, /applied-model\s+applied-echo\s+two/);
   });
 
   test('compare-and-swap: of two writers with the same revision one wins and the other gets 409; If-None-Match: * never replaces', async () => {
