@@ -102,7 +102,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'get') return getResources(config, { kind: positionals[1], name: positionals[2], output: values.output, admin: values.admin, token: values.token });
   if (command === 'validate') {
     process.stdout.write(
-      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys, ${workerCount(config, availableParallelism())} workers\n`,
+      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.etcd ? `providers, models and keys in etcd (${config.etcd.endpoints.join(', ')}, prefix ${config.etcd.prefix})` : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys`}, ${workerCount(config, availableParallelism())} workers\n`,
     );
     return 0;
   }
@@ -239,7 +239,8 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
     let again: string | undefined;
     const reloadFrom = (trigger: string): void => {
       if (reloading) {
-        again = trigger;
+        // A change of the file or a SIGHUP is not hidden by an etcd change after it (that one reads only etcd's).
+        if (again === undefined || again === 'etcd') again = trigger;
         return;
       }
       const settled = () => {
@@ -265,7 +266,7 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
       }
       let next: Config;
       try {
-        next = source.load();
+        next = source.load(trigger);
       } catch (error) {
         if (!(error instanceof ConfigError)) throw error;
         started.reloadRejected();

@@ -10,8 +10,11 @@ import { loadConfigFile, loadDefaultConfig } from './load.ts';
 export interface ConfigSource {
   /** What it is, for logs: the file, or "embedded default". */
   readonly name: string;
-  /** The configuration as it is now, validated. Throws a ConfigError. */
-  load(): Config;
+  /**
+   * The configuration as it is now, validated. Throws a ConfigError. `trigger` (as `watch` gave
+   * it, or "SIGHUP") lets a source skip what cannot have changed.
+   */
+  load(trigger?: string): Config;
   /** Calls `changed` (debounced) with what changed ("file change", "etcd") when the configuration may have changed; returns the way to stop. */
   watch(changed: (trigger: string) => void): () => void;
 }

@@ -142,6 +142,27 @@ describe('etcd: workers', { skip }, () => {
   });
 });
 
+describe('etcd: the bootstrap file', { skip }, () => {
+  test('a change of the bootstrap file still applies (it is watched too) with the resources from etcd; etcd changes go on applying after it', async () => {
+    const prefix = await seeded();
+    const gw = await startGateway({ config: etcdConfig(prefix) });
+    try {
+      const second = 'ops-bob-token-0123456789abcdefgh';
+      const text = readFileSync(gw.configFile, 'utf8').replace('tokens:', `tokens:\n    - name: ops-bob\n      token: ${second}`);
+      writeFileSync(gw.configFile, text);
+      await eventually(async () => (await adminCall(gw, 'GET', '/config/models', undefined, { authorization: `Bearer ${second}` })).status === 200, 3000, 'the new admin token');
+      await gw.waitForLog((l) => l.event === 'config_reloaded' && l.trigger === 'file change');
+      assert.equal((await chat(gw, 'base')).status, 200, 'the resources stay');
+      assert.equal((await adminCall(gw, 'PUT', '/config/models/after-file', { provider: 'echo' }, { authorization: `Bearer ${second}` })).status, 201);
+      assert.equal((await chat(gw, 'after-file')).status, 200);
+      await gw.waitForLog((l) => l.event === 'config_write' && l.resource === 'models/after-file');
+      assert.equal(gw.logs.find((l) => l.event === 'config_write' && l.resource === 'models/after-file')?.who, 'ops-bob');
+    } finally {
+      await gw.stop();
+    }
+  });
+});
+
 describe('etcd: the admin write API', { skip }, () => {
   let gw: GatewayProcess;
   let prefix: string;
