@@ -46,6 +46,7 @@ export class RealtimeRoute implements UpgradeRoute {
     const { protocols } = handshake;
     const keyProtocol = protocols.find((p) => p.startsWith(KEY_PROTOCOL));
     const routing = this.#env.routing();
+    if (routing.pending !== undefined) return reject(errors.configNotLoaded(routing.pending));
     const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
     const auth = routing.keys.check(headers);
     if (!auth.ok) return reject(auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());

@@ -405,10 +405,38 @@ describe('etcd: starting without it', { skip }, () => {
       assert.equal(refused.status, 503);
       assert.equal(json(refused).error.code, 'config_not_loaded');
       assert.match(json(refused).error.message, /waiting for etcd/);
+      // The realtime WebSocket route says the same, before anything goes upstream.
+      const upgrade = await httpRequest(`${gw.proxyUrl}/v1/realtime?model=base`, {
+        headers: { connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', authorization: `Bearer ${LOAD_KEY}` },
+      });
+      assert.equal(upgrade.status, 503);
+      assert.equal(json(upgrade).error.code, 'config_not_loaded');
       assert.equal(metricValue(await scrape(gw), 'sluice_config_loaded'), 0);
       await etcd.start();
       await eventually(async () => (await httpRequest(`${gw.adminUrl}/readyz`)).status === 200, 10_000, 'ready once etcd answers');
       assert.equal((await chat(gw, 'base')).status, 200);
+    } finally {
+      if (!etcd.running) await etcd.start();
+      await gw.stop();
+    }
+  });
+});
+
+describe('etcd: hot restart', { skip }, () => {
+  test('a hot restart while etcd is down: the new generation starts from the snapshot and serves, then follows etcd once it is back', async () => {
+    const prefix = await seeded();
+    const gw = await startGateway({ config: etcdConfig(prefix, { hot_restart: { enabled: true } }) });
+    try {
+      assert.equal(json(await adminCall(gw, 'PUT', '/config/models/kept', { provider: 'echo' })).applied, true);
+      await etcd.stop();
+      gw.signal('SIGUSR2');
+      await gw.waitForLog((l) => l.event === 'hot_restart_done' && l.to_generation === 2, 30_000);
+      await gw.waitForLog((l) => l.event === 'snapshot_loaded' && l.generation === 2, 5000);
+      assert.equal((await chat(gw, 'kept')).status, 200);
+      assert.equal((await httpRequest(`${gw.adminUrl}/readyz`)).status, 200);
+      await etcd.start();
+      await etcd.put(`${prefix}models/later`, JSON.stringify({ provider: 'echo' }));
+      await eventually(async () => (await chat(gw, 'later')).status === 200, 10_000, 'generation 2 follows etcd');
     } finally {
       if (!etcd.running) await etcd.start();
       await gw.stop();
