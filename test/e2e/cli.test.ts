@@ -3,11 +3,10 @@
 // and a clear failure when a port is taken.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { createServer, type AddressInfo, type Server } from 'node:net';
 import { join } from 'node:path';
-import { MAIN, ROOT, startGateway, writeConfig, type GatewayProcess } from '../support/gateway-process.ts';
+import { ROOT, runSluice, startGateway, writeConfig, type GatewayProcess, type RunResult } from '../support/gateway-process.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 
 const VERSION = (JSON.parse(readFileSync(join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
@@ -23,31 +22,8 @@ const CLEAN_ENV: Record<string, string | undefined> = {
   ANTHROPIC_BASE_URL: undefined,
 };
 
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs `sluice <args>` to completion (it must exit within the deadline). */
-function run(args: string[], env: Record<string, string | undefined> = {}, timeoutMs = 10_000): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: { ...process.env, ...CLEAN_ENV, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`sluice ${args.join(' ')} did not exit within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const run = (args: string[], env: Record<string, string | undefined> = {}, timeoutMs = 10_000): Promise<RunResult> => runSluice(args, { env: { ...CLEAN_ENV, ...env }, timeoutMs });
 
 let mock: MockUpstream;
 const gateways: GatewayProcess[] = [];

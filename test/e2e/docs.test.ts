@@ -3,12 +3,12 @@
 // test/e2e/clients.test.ts.)
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFile, spawn } from 'node:child_process';
+import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
-import { MAIN, ROOT, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { ROOT, runSluice, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { requireTool } from '../support/system-tool.ts';
 import { parse } from 'yaml';
 import { defaultConfigText } from '../../src/config/default.ts';
@@ -35,31 +35,14 @@ function section(text: string, heading: string): string {
   return text.slice(start, end === -1 ? undefined : end);
 }
 
-/** The environment with none of the variables the program reads, plus `env`. */
-function cleanEnv(env: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const out = { ...process.env };
-  for (const name of Object.keys(out)) {
-    if (/^(SLUICE_|OPENAI_|ANTHROPIC_)/.test(name)) delete out[name];
-  }
-  return { ...out, ...env };
+/** `env`, and none of the variables the program reads (each set to undefined: removed). */
+function cleanEnv(env: Record<string, string> = {}): Record<string, string | undefined> {
+  const removed = Object.keys(process.env).filter((name) => /^(SLUICE_|OPENAI_|ANTHROPIC_)/.test(name));
+  return { ...Object.fromEntries(removed.map((name) => [name, undefined])), ...env };
 }
 
 /** Runs `sluice <args>` in `cwd` to completion. */
-function sluice(args: string[], cwd: string, env: Record<string, string> = {}): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { cwd, env: cleanEnv(env), stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    const timer = setTimeout(() => child.kill('SIGKILL'), 10_000);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const sluice = (args: string[], cwd: string, env: Record<string, string> = {}) => runSluice(args, { cwd, env: cleanEnv(env), timeoutMs: 10_000 });
 
 /** A new directory holding `text` as sluice.yaml, so that the program names the file as the docs do. */
 function configDir(text: string): string {

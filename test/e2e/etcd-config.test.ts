@@ -14,21 +14,11 @@ import { startGateway, eventually, metricValue, scrape, type GatewayProcess } fr
 import { httpRequest, postJson, type RawResponse } from '../support/http.ts';
 import { etcdCheck, startEtcd, type EtcdServer } from '../support/etcd.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { MAIN, ROOT } from '../support/gateway-process.ts';
+import { runSluice } from '../support/gateway-process.ts';
 
 /** Runs `sluice ARGS` (the built program) to its end. */
-function sluice(args: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
-  return new Promise((resolve) => {
-    const child = spawn(process.execPath, [MAIN, ...args], { cwd: ROOT, env: { ...process.env, SLUICE_CONFIG: '', SLUICE_ADMIN_TOKEN: '' }, stdio: ['ignore', 'pipe', 'pipe'] });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    child.once('exit', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+const sluice = (args: string[]) => runSluice(args, { env: { SLUICE_CONFIG: undefined, SLUICE_ADMIN_TOKEN: undefined } });
 
 const skip = etcdCheck().skip;
 const TOKEN = 'ops-alice-token-0123456789abcdef';

@@ -4,44 +4,17 @@
 // an admin API that cannot be reached. (Writes through etcd are tested with a real etcd.)
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { spawn } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { createServer, type AddressInfo } from 'node:net';
 import { dirname, join } from 'node:path';
 import { parse } from 'yaml';
-import { MAIN, ROOT, startGateway, writeConfig, type GatewayProcess } from '../support/gateway-process.ts';
+import { runSluice, startGateway, writeConfig, type GatewayProcess, type RunResult } from '../support/gateway-process.ts';
 
 const TOKEN = 'ops-admin-token-0123456789';
 
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
 /** Runs `sluice <args>` to completion, without the variables the CLI reads unless given. */
-function run(args: string[], env: Record<string, string | undefined> = {}, timeoutMs = 15_000): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [MAIN, ...args], {
-      cwd: ROOT,
-      env: { ...process.env, SLUICE_CONFIG: undefined, SLUICE_ADMIN_TOKEN: undefined, ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.setEncoding('utf8').on('data', (c: string) => (stdout += c));
-    child.stderr.setEncoding('utf8').on('data', (c: string) => (stderr += c));
-    const timer = setTimeout(() => {
-      child.kill('SIGKILL');
-      reject(new Error(`sluice ${args.join(' ')} did not exit within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
-    }, timeoutMs);
-    child.on('error', reject);
-    child.on('close', (code) => {
-      clearTimeout(timer);
-      resolve({ code, stdout, stderr });
-    });
-  });
-}
+const run = (args: string[], env: Record<string, string | undefined> = {}, timeoutMs = 15_000): Promise<RunResult> =>
+  runSluice(args, { env: { SLUICE_CONFIG: undefined, SLUICE_ADMIN_TOKEN: undefined, ...env }, timeoutMs });
 
 const RESOURCES = {
   providers: [

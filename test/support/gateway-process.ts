@@ -214,3 +214,36 @@ export function signalOwn(pid: number, signal: NodeJS.Signals, configFile: strin
     return false;
   }
 }
+
+export interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `sluice <args>` (the built program) to completion, in `cwd` (default the repository), with
+ * `env` over this process's environment (a value `undefined` removes a variable). Rejects if it
+ * does not exit within `timeoutMs`.
+ */
+export function runSluice(args: string[], options: { env?: NodeJS.ProcessEnv | Record<string, string | undefined>; cwd?: string; timeoutMs?: number } = {}): Promise<RunResult> {
+  const { cwd = ROOT, timeoutMs = 15_000 } = options;
+  const env: Record<string, string | undefined> = { ...process.env, ...options.env };
+  for (const [name, value] of Object.entries(env)) if (value === undefined) delete env[name];
+  return new Promise((resolvePromise, reject) => {
+    const child = spawn(process.execPath, [MAIN, ...args], { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    child.stdout!.setEncoding('utf8').on('data', (c: string) => (stdout += c));
+    child.stderr!.setEncoding('utf8').on('data', (c: string) => (stderr += c));
+    const timer = setTimeout(() => {
+      child.kill('SIGKILL');
+      reject(new Error(`sluice ${args.join(' ')} did not exit within ${timeoutMs} ms\nstdout: ${stdout}\nstderr: ${stderr}`));
+    }, timeoutMs);
+    child.on('error', reject);
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolvePromise({ code, stdout, stderr });
+    });
+  });
+}
