@@ -199,6 +199,7 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
     return 1;
   }
   const started = gateway;
+  etcd?.serving(config);
   // E7: SIGUSR2 is the keeper's (a hot restart); without one it is only a warning here (its default
   // action would end the process). A generation ignores it, as every signal sent to it directly.
   if (!link) {
@@ -277,7 +278,9 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
       // changes nothing.
       return started.reload(next, trigger).then(
         (applied) => {
-          if (applied) current = next;
+          if (!applied) return;
+          current = next;
+          etcd?.serving(next);
         },
         (error: unknown) => {
           // A bug, not a refused config: reload() reports its own failures.

@@ -38,6 +38,8 @@ export interface SourceState {
   readonly loaded: boolean;
   /** Resources rejected since the start, by kind. */
   readonly rejected: ReadonlyMap<ResourceKind, number>;
+  /** Full reads of every key (the first, and one after each compaction that cancelled the watch). */
+  readonly fullReads: number;
 }
 
 const BACKOFF_MIN_MS = 250;
@@ -57,6 +59,11 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   #loaded = false;
   /** The bootstrap file's config as last read. */
   #bootstrap: Config | undefined;
+  /** The revision of the resources in each config `load()` gave (to know what serves once it is applied). */
+  readonly #revisionOf = new WeakMap<Config, number>();
+  /** The revision of the resources serving: that of the last config the gateway applied. */
+  #servedRevision = 0;
+  #fullReads = 0;
   #connected: boolean | undefined;
   #closed = false;
   #changed: ((trigger: string) => void) | undefined;
@@ -94,7 +101,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   }
 
   get state(): SourceState {
-    return { kind: 'etcd', revision: this.#resources.revision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts };
+    return { kind: 'etcd', revision: this.#servedRevision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts, fullReads: this.#fullReads };
   }
 
   /**
@@ -129,6 +136,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
       return { ...bootstrap, resources_pending: `waiting for etcd (${this.#settings.endpoints.join(', ')}); there is no snapshot cache to start from` };
     }
     const { config, rejected } = this.#resources.compose(bootstrap, this.name);
+    this.#revisionOf.set(config, this.#resources.revision);
     // Logged once each (every reload composes again), counted once each.
     const now = new Map(rejected.map((r) => [r.key, r.reason]));
     this.#reject(rejected.filter((r) => this.#reported.get(r.key) !== r.reason));
@@ -225,12 +233,16 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   async #list(): Promise<void> {
     const { prefix } = this.#settings;
     const response = await this.#client.getAll().prefix(prefix).exec();
+    this.#fullReads++;
     const entries = new Map<string, { value: string; revision: number }>();
     for (const kv of response.kvs) entries.set(kv.key.toString().slice(prefix.length), { value: kv.value.toString(), revision: Number(kv.mod_revision) });
     const before = JSON.stringify([...this.#resources.entries()]);
+    const previous = this.#resources.revision;
     this.#reject(this.#resources.replaceAll(entries, Number(response.header.revision), this.#env));
     this.#connectedNow();
     const changed = !this.#loaded || JSON.stringify([...this.#resources.entries()]) !== before;
+    // Nothing changed since what serves: it serves this revision too.
+    if (!changed && this.#servedRevision >= previous) this.#servedRevision = this.#resources.revision;
     this.#loaded = true;
     this.#applied(changed, true);
   }
@@ -333,10 +345,16 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     return { before: expected, revision: Number(result.header.revision) };
   }
 
-  /** Resolves once this gateway has applied `revision` (or after `timeoutMs`): a write is answered when it serves here. */
+  /** The gateway now serves `config` (as `load()` gave it): its resources' revision is the one serving. */
+  serving(config: Config): void {
+    const revision = this.#revisionOf.get(config);
+    if (revision !== undefined) this.#servedRevision = Math.max(this.#servedRevision, revision);
+  }
+
+  /** Resolves once this gateway serves `revision` (or after `timeoutMs`): a write is answered when it serves here. */
   async applied(revision: number, timeoutMs: number): Promise<boolean> {
     const deadline = Date.now() + timeoutMs;
-    while (this.#resources.revision < revision) {
+    while (this.#servedRevision < revision) {
       if (Date.now() >= deadline) return false;
       await new Promise((resolve) => setTimeout(resolve, 5));
     }

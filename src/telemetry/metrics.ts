@@ -21,7 +21,7 @@ export interface StateSources {
   /** Workers replaced by `workers_recycle`. */
   workerRecycles?(): number;
   /** The etcd config source, in etcd mode. */
-  configSource?(): { revision: number; connected: boolean | undefined; loaded: boolean; rejected: ReadonlyMap<string, number> };
+  configSource?(): { revision: number; connected: boolean | undefined; loaded: boolean; rejected: ReadonlyMap<string, number>; fullReads: number };
 }
 
 /**
@@ -201,7 +201,7 @@ export class Metrics {
       const source = sources.configSource;
       new Gauge({
         name: 'sluice_config_revision',
-        help: 'The etcd revision of the resources applied (providers, models, keys).',
+        help: 'The etcd revision of the resources serving (providers, models, keys).',
         registers,
         aggregator: 'max',
         collect() {
@@ -224,6 +224,16 @@ export class Metrics {
         aggregator: 'min',
         collect() {
           this.set(source().loaded ? 1 : 0);
+        },
+      });
+      new Counter({
+        name: 'sluice_etcd_full_reads_total',
+        help: 'Full reads of every resource in etcd: the first, and one after each compaction that cancelled the watch.',
+        registers,
+        aggregator: 'max',
+        collect() {
+          this.reset();
+          this.inc(source().fullReads);
         },
       });
       new Counter({
