@@ -16,7 +16,7 @@ import { sendError, sendJson } from '../server/respond.ts';
 import { GatewayError } from '../api/errors.ts';
 import type { Config } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
-import { checkResource, isResourceKind, RESOURCE_KINDS, type Resource, type ResourceKind } from '../config/resources.ts';
+import { checkResource, isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
 
@@ -96,12 +96,12 @@ function listAnswer(store: ResourceStore, kind: ResourceKind): Answer {
 export function present(resource: Resource): Record<string, unknown> {
   const stored = { ...resource.stored };
   if (resource.kind === 'providers') {
-    if (typeof stored.api_key === 'string' && !/^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$/.test(stored.api_key)) {
+    if (typeof stored.api_key === 'string' && !VARIABLE_REFERENCE.test(stored.api_key)) {
       delete stored.api_key;
       stored.api_key_set = true;
     }
     if (stored.headers && typeof stored.headers === 'object') {
-      stored.headers = Object.fromEntries(Object.entries(stored.headers).map(([h, v]) => [h, /auth|key|token|secret|cookie|password/i.test(h) ? '[redacted]' : v]));
+      stored.headers = Object.fromEntries(Object.entries(stored.headers).map(([h, v]) => [h, SECRET_HEADER.test(h) ? REDACTED : v]));
     }
   }
   if (resource.kind === 'keys' && typeof stored.key === 'string') {

@@ -12,7 +12,7 @@ import { isDeepStrictEqual } from 'node:util';
 import { Document, parse, type YAMLMap, type YAMLSeq } from 'yaml';
 import type { z } from 'zod';
 import { modelSchema, providerSchema, type Config } from '../config/schema.ts';
-import { isResourceKind, RESOURCE_KINDS, type ResourceKind } from '../config/resources.ts';
+import { isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type ResourceKind } from '../config/resources.ts';
 import { AdminUnreachable, adminRequest, adminToken, adminUrl, errorCode, errorMessage, type AdminAnswer } from './admin-client.ts';
 
 export interface Output {
@@ -48,11 +48,6 @@ interface FileItem {
   readonly body: Readonly<Record<string, unknown>>;
 }
 
-/** A `${VAR}` reference: the one kind of provider api_key the admin API shows (as resources-api.ts present() does). */
-const REFERENCE = /^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$/;
-/** Provider headers whose values the admin API shows as "[redacted]" (as resources-api.ts present() does). */
-const SECRET_HEADER = /auth|key|token|secret|cookie|password/i;
-const REDACTED = '[redacted]';
 const URL_SCHEME = /^https?:\/\//i;
 
 /** Exit codes. */
@@ -212,7 +207,7 @@ export async function applyResources(config: Config, options: ApplyOptions, io: 
 function unchanged(item: FileItem, shown: Record<string, unknown>): boolean {
   const body = { ...item.body };
   if (item.kind === 'providers') {
-    if (typeof body.api_key === 'string' && !REFERENCE.test(body.api_key)) return false;
+    if (typeof body.api_key === 'string' && !VARIABLE_REFERENCE.test(body.api_key)) return false;
     const headers = body.headers;
     if (headers && typeof headers === 'object' && Object.keys(headers).some((h) => SECRET_HEADER.test(h))) return false;
   }

@@ -193,6 +193,8 @@ export class EtcdSource implements ConfigSource, ResourceStore {
             listed = false;
             continue;
           }
+          // The watch stream ended (etcd went away, or the connection broke): said now, resumed after the back-off.
+          this.#disconnected(new Error('the watch stream ended'));
           backoff = BACKOFF_MIN_MS;
         } catch (error) {
           first();

@@ -11,6 +11,12 @@ export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 
 const SCHEMAS = { providers: providerSchema, models: modelSchema, keys: namedKeySchema } as const;
 
+/** What the admin API shows of a provider's secrets: an `api_key` only when it is a `${VAR}` reference... */
+export const VARIABLE_REFERENCE = /^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$/;
+/** ...and a header's value only when its name does not look like a credential's (else "[redacted]"). */
+export const SECRET_HEADER = /auth|key|token|secret|cookie|password/i;
+export const REDACTED = '[redacted]';
+
 export function isResourceKind(text: string): text is ResourceKind {
   return (RESOURCE_KINDS as readonly string[]).includes(text);
 }
