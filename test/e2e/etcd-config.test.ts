@@ -13,6 +13,8 @@ import { join } from 'node:path';
 import { startGateway, eventually, metricValue, scrape, type GatewayProcess } from '../support/gateway-process.ts';
 import { httpRequest, postJson, type RawResponse } from '../support/http.ts';
 import { etcdCheck, startEtcd, type EtcdServer } from '../support/etcd.ts';
+import { makePki } from '../support/certs.ts';
+import { requireTool } from '../support/system-tool.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
 import { writeFileSync } from 'node:fs';
 import { runSluice } from '../support/gateway-process.ts';
@@ -43,10 +45,10 @@ async function seeded(): Promise<string> {
   return prefix;
 }
 
-function etcdConfig(prefix: string, extra: Record<string, unknown> = {}, endpoint = etcd.endpoint): Record<string, unknown> {
+function etcdConfig(prefix: string, extra: Record<string, unknown> = {}, endpoint = etcd.endpoint, etcdExtra: Record<string, unknown> = {}): Record<string, unknown> {
   return {
     admin: { tokens: [{ name: 'ops-alice', token: TOKEN }] },
-    etcd: { endpoints: [endpoint], prefix, request_timeout_ms: 1000, dial_timeout_ms: 1000 },
+    etcd: { endpoints: [endpoint], prefix, request_timeout_ms: 1000, dial_timeout_ms: 1000, ...etcdExtra },
     shutdown: { min_drain_secs: 0 },
     ...extra,
   };
@@ -149,6 +151,67 @@ describe('etcd: the bootstrap file', { skip }, () => {
       assert.equal(gw.logs.find((l) => l.event === 'config_write' && l.resource === 'models/after-file')?.who, 'ops-bob');
     } finally {
       await gw.stop();
+    }
+  });
+});
+
+describe('etcd: TLS and authentication', { skip }, () => {
+  test('over mutual TLS (etcd.tls: ca_file, cert_file, key_file): followed and written; without the client certificate, not ready and saying why', { skip: requireTool('openssl', 'openssl').skip }, async () => {
+    const pki = makePki();
+    const file = (name: string) => join(pki.dir, name);
+    const secure = await startEtcd({ tls: { cert: pki.server.cert, key: pki.server.key, ca: pki.caCert, clientCert: file('client.crt'), clientKey: file('client.key') } });
+    try {
+      assert.match(secure.endpoint, /^https:/);
+      await secure.put('/tls/providers/echo', JSON.stringify({ type: 'echo' }));
+      await secure.put('/tls/models/base', JSON.stringify({ provider: 'echo' }));
+      const settings = { endpoints: [secure.endpoint], prefix: '/tls/', request_timeout_ms: 1000, dial_timeout_ms: 1000 };
+      const gw = await startGateway({ config: { admin: { token: TOKEN }, etcd: { ...settings, tls: { ca_file: pki.caCert, cert_file: file('client.crt'), key_file: file('client.key') } } } });
+      try {
+        assert.equal((await chat(gw, 'base')).status, 200);
+        assert.equal((await adminCall(gw, 'PUT', '/config/models/over-tls', { provider: 'echo' })).status, 201);
+        assert.equal(await secure.get('/tls/models/over-tls'), JSON.stringify({ provider: 'echo', name: 'over-tls' }));
+      } finally {
+        await gw.stop();
+      }
+      // Trusting the CA but presenting no certificate: etcd refuses, the gateway says so and is not ready.
+      const refused = await startGateway({ config: { etcd: { ...settings, tls: { ca_file: pki.caCert } } } });
+      try {
+        await refused.waitForLog((l) => l.event === 'etcd_unavailable');
+        assert.equal((await httpRequest(`${refused.adminUrl}/readyz`)).status, 503);
+      } finally {
+        await refused.stop();
+      }
+    } finally {
+      await secure.close();
+    }
+  });
+
+  test('with etcd authentication (etcd.username, etcd.password): followed and written; a wrong password is logged and not ready', async () => {
+    const prefix = await seeded();
+    const as = (...args: string[]) => etcd.etcdctl('--user=root:root-password', ...args);
+    await etcd.etcdctl('user', 'add', 'root', '--new-user-password=root-password');
+    await etcd.etcdctl('auth', 'enable');
+    try {
+      const gw = await startGateway({ config: etcdConfig(prefix, {}, etcd.endpoint, { username: 'root', password: 'root-password' }) });
+      try {
+        assert.equal((await chat(gw, 'base')).status, 200);
+        assert.equal((await adminCall(gw, 'PUT', '/config/models/authed', { provider: 'echo' })).status, 201);
+        assert.match(await as('get', `${prefix}models/authed`, '--print-value-only'), /authed/);
+      } finally {
+        await gw.stop();
+      }
+      const wrong = await startGateway({ config: etcdConfig(prefix, {}, etcd.endpoint, { username: 'root', password: 'not-the-password' }) });
+      try {
+        const line = await wrong.waitForLog((l) => l.event === 'etcd_unavailable');
+        assert.match(String(line.reason), /auth|password|user/i);
+        assert.ok(!wrong.stdout().includes('not-the-password'), 'the password is never logged');
+        assert.equal((await httpRequest(`${wrong.adminUrl}/readyz`)).status, 503);
+      } finally {
+        await wrong.stop();
+      }
+    } finally {
+      await as('auth', 'disable');
+      await as('user', 'delete', 'root');
     }
   });
 });

@@ -4,7 +4,8 @@
 // watch that fell behind sees). Keys are written and read with etcdctl, not with the gateway's own
 // client, so a bug in that client cannot hide itself.
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { Agent, request } from 'undici';
 import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -70,7 +71,18 @@ process.once('exit', () => {
   for (const dir of dataDirs) rmSync(dir, { recursive: true, force: true });
 });
 
-export async function startEtcd(): Promise<EtcdServer> {
+/** PEM files for an etcd that serves its clients over TLS and asks each for a certificate of `ca` (mutual TLS). */
+export interface EtcdTls {
+  cert: string;
+  key: string;
+  ca: string;
+  /** The client certificate the harness's own etcdctl and health checks present. */
+  clientCert: string;
+  clientKey: string;
+}
+
+export async function startEtcd(options: { tls?: EtcdTls } = {}): Promise<EtcdServer> {
+  const { tls } = options;
   const missing = etcdCheck().skip;
   if (missing) throw new Error(`startEtcd: ${missing}`);
   const root = mkdtempSync(join(tmpdir(), 'sluice-etcd-'));
@@ -82,7 +94,9 @@ export async function startEtcd(): Promise<EtcdServer> {
   let exited: Promise<void> = Promise.resolve();
   let output = '';
 
-  const endpoint = () => `http://127.0.0.1:${clientPort}`;
+  const endpoint = () => `${tls ? 'https' : 'http'}://127.0.0.1:${clientPort}`;
+  const healthAgent = tls ? new Agent({ connect: { ca: readFileSync(tls.ca), cert: readFileSync(tls.clientCert), key: readFileSync(tls.clientKey) } }) : undefined;
+  const tlsFlags = tls ? [`--cacert=${tls.ca}`, `--cert=${tls.clientCert}`, `--key=${tls.clientKey}`] : [];
 
   /** One attempt: spawns etcd and waits until /health says true; rejects if it exits first or the deadline passes. */
   const launch = async (): Promise<void> => {
@@ -103,6 +117,7 @@ export async function startEtcd(): Promise<EtcdServer> {
       // sooner (a start takes ~0.2 s instead of 1–2 s).
       '--heartbeat-interval=10',
       '--election-timeout=100',
+      ...(tls ? [`--cert-file=${tls.cert}`, `--key-file=${tls.key}`, `--trusted-ca-file=${tls.ca}`, '--client-cert-auth'] : []),
     ];
     // etcd reads ETCD_* variables as flags: none of the caller's may change this member.
     const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !name.startsWith('ETCD')));
@@ -122,7 +137,7 @@ export async function startEtcd(): Promise<EtcdServer> {
     const deadline = Date.now() + READY_TIMEOUT_MS;
     for (;;) {
       if (gone) throw new Error(`etcd exited before it was ready (${client}):\n${output}`);
-      if (await healthy(client)) return;
+      if (await healthy(client, healthAgent)) return;
       if (Date.now() > deadline) {
         proc.kill('SIGKILL');
         await exited;
@@ -158,7 +173,7 @@ export async function startEtcd(): Promise<EtcdServer> {
     new Promise((resolve, reject) => {
       execFile(
         'etcdctl',
-        [`--endpoints=${endpoint()}`, '--dial-timeout=2s', '--command-timeout=5s', ...args],
+        [`--endpoints=${endpoint()}`, '--dial-timeout=2s', '--command-timeout=5s', ...tlsFlags, ...args],
         { env: { ...process.env, ETCDCTL_API: '3' }, timeout: 10_000, maxBuffer: 64 * 1024 * 1024 },
         (error, stdout, stderr) => {
           if (error) reject(new Error(`etcdctl ${args.join(' ')} failed: ${error.message}\n${stderr}`));
@@ -207,6 +222,7 @@ export async function startEtcd(): Promise<EtcdServer> {
     kill: () => signal('SIGKILL'),
     async close() {
       await signal('SIGTERM');
+      await healthAgent?.close();
       await rm(root, { recursive: true, force: true });
       dataDirs.delete(root);
     },
@@ -241,10 +257,10 @@ export async function startEtcd(): Promise<EtcdServer> {
 }
 
 /** Whether `GET /health` answers `{"health":"true"}`. */
-async function healthy(endpoint: string): Promise<boolean> {
+async function healthy(endpoint: string, dispatcher: Agent | undefined): Promise<boolean> {
   try {
-    const response = await fetch(`${endpoint}/health`, { signal: AbortSignal.timeout(1000) });
-    const body = (await response.json()) as { health?: unknown };
+    const response = await request(`${endpoint}/health`, { signal: AbortSignal.timeout(1000), ...(dispatcher ? { dispatcher } : {}) });
+    const body = (await response.body.json()) as { health?: unknown };
     return body.health === 'true';
   } catch {
     return false;
