@@ -158,6 +158,10 @@ async function freeAddress(): Promise<string> {
 function e6aConfig(options: { proxy: Record<string, unknown>; extraModel?: boolean; extraListeners?: Record<string, unknown>[]; workers?: number }) {
   return {
     workers: options.workers ?? 1,
+    // SIGHUP is the trigger here: with the file also watched, a write and its SIGHUP could be two
+    // reloads (the watch's settle time can pass before the signal is handled on a busy machine),
+    // and each failure counts.
+    reload: { watch: false },
     listeners: [{ name: 'proxy', role: 'proxy', ...options.proxy }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }, ...(options.extraListeners ?? [])],
     providers: [{ name: 'main', type: 'openai', base_url: `${mock.url}/v1` }],
     models: [{ name: 'm', provider: 'main' }, ...(options.extraModel ? [{ name: 'new-model', provider: 'main' }] : [])],
