@@ -17,7 +17,7 @@ import { GatewayError } from '../api/errors.ts';
 import type { Config } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
 import { checkResource, isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
-import { ResourceStoreError, type ResourceStore } from '../config/store.ts';
+import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
 
 /** Longest wait, after a write, for this gateway to serve it before answering anyway (`applied: false`). */
@@ -180,7 +180,7 @@ async function put(env: ResourcesEnvironment, ctx: RequestContext, kind: Resourc
   if (checked instanceof GatewayError) return { error: checked };
   const expected = await expectedRevision(env, ctx, kind, name);
   if (expected instanceof GatewayError) return { error: expected };
-  return write(env, 'put', checked, expected, who, (revision, applied) => ({ status: expected === 0 ? 201 : 200, body: { item: present(checked), revision, applied }, etag: revision }));
+  return write(env, who, 'put', checked, () => env.store.put(kind, name, checked.stored, expected), (revision, applied) => ({ status: expected === 0 ? 201 : 200, body: { item: present(checked), revision, applied }, etag: revision }));
 }
 
 async function remove(env: ResourcesEnvironment, ctx: RequestContext, kind: ResourceKind, name: string, who: string): Promise<Answer> {
@@ -189,10 +189,7 @@ async function remove(env: ResourcesEnvironment, ctx: RequestContext, kind: Reso
   const expected = await expectedRevision(env, ctx, kind, name);
   if (expected instanceof GatewayError) return { error: expected };
   if (expected === 0) return { error: notFound(kind, name) };
-  const result = await env.store.delete(kind, name, expected);
-  audit(env, who, 'delete', `${kind}/${name}`, result.before, result.revision);
-  const applied = await env.store.applied(result.revision, APPLY_WAIT_MS);
-  return { status: 200, body: { deleted: `${kind}/${name}`, revision: result.revision, applied } };
+  return write(env, who, 'delete', { kind, name }, () => env.store.delete(kind, name, expected), (revision, applied) => ({ status: 200, body: { deleted: `${kind}/${name}`, revision, applied } }));
 }
 
 async function createKey(env: ResourcesEnvironment, body: unknown, who: string): Promise<Answer> {
@@ -201,7 +198,7 @@ async function createKey(env: ResourcesEnvironment, body: unknown, who: string):
   const key = newKey();
   const checked = validate(env, 'keys', name, { name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };
-  return write(env, 'create_key', checked, 0, who, (revision, applied) => ({ status: 201, body: { item: present(checked), key, revision, applied }, etag: revision }));
+  return write(env, who, 'create_key', checked, () => env.store.put('keys', name, checked.stored, 0), (revision, applied) => ({ status: 201, body: { item: present(checked), key, revision, applied }, etag: revision }));
 }
 
 async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: string, who: string): Promise<Answer> {
@@ -211,11 +208,19 @@ async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: s
   const key = newKey();
   const checked = validate(env, 'keys', name, { name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };
-  return write(env, 'rotate_key', checked, expected, who, (revision, applied) => ({ status: 200, body: { item: present(checked), key, revision, applied }, etag: revision }));
+  return write(env, who, 'rotate_key', checked, () => env.store.put('keys', name, checked.stored, expected), (revision, applied) => ({ status: 200, body: { item: present(checked), key, revision, applied }, etag: revision }));
 }
 
-async function write(env: ResourcesEnvironment, action: string, resource: Resource, expected: number, who: string, answer: (revision: number, applied: boolean) => Answer): Promise<Answer> {
-  const result = await env.store.put(resource.kind, resource.name, resource.stored, expected);
+/** Every write: done (a compare-and-swap in the store), audited, then answered once this gateway serves it (or APPLY_WAIT_MS passed). */
+async function write(
+  env: ResourcesEnvironment,
+  who: string,
+  action: string,
+  resource: Pick<Resource, 'kind' | 'name'>,
+  operation: () => Promise<WriteResult>,
+  answer: (revision: number, applied: boolean) => Answer,
+): Promise<Answer> {
+  const result = await operation();
   audit(env, who, action, `${resource.kind}/${resource.name}`, result.before, result.revision);
   return answer(result.revision, await env.store.applied(result.revision, APPLY_WAIT_MS));
 }

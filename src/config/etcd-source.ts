@@ -29,12 +29,11 @@ export interface EtcdSourceOptions {
   env?: NodeJS.ProcessEnv;
 }
 
-/** What the metrics and /server_info show of a source. */
+/** What the metrics show of the etcd source. */
 export interface SourceState {
-  readonly kind: 'file' | 'etcd' | 'embedded';
-  /** The etcd revision applied (0 outside etcd mode). */
+  /** The etcd revision of the resources serving. */
   readonly revision: number;
-  readonly connected: boolean | undefined;
+  readonly connected: boolean;
   readonly loaded: boolean;
   /** Resources rejected since the start, by kind. */
   readonly rejected: ReadonlyMap<ResourceKind, number>;
@@ -96,12 +95,8 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     });
   }
 
-  get loaded(): boolean {
-    return this.#loaded;
-  }
-
   get state(): SourceState {
-    return { kind: 'etcd', revision: this.#servedRevision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts, fullReads: this.#fullReads };
+    return { revision: this.#servedRevision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts, fullReads: this.#fullReads };
   }
 
   /**
@@ -127,9 +122,10 @@ export class EtcdSource implements ConfigSource, ResourceStore {
    * read, one validation instead of two).
    */
   load(trigger?: string): Config {
-    const bootstrap = trigger === 'etcd' && this.#bootstrap ? this.#bootstrap : this.#options.bootstrap.load();
+    const reread = trigger !== 'etcd' || !this.#bootstrap;
+    const bootstrap = reread ? this.#options.bootstrap.load() : this.#bootstrap!;
     this.#bootstrap = bootstrap;
-    if (JSON.stringify(bootstrap.etcd) !== JSON.stringify(this.#settings)) {
+    if (reread && JSON.stringify(bootstrap.etcd) !== JSON.stringify(this.#settings)) {
       this.#options.log.warn({ event: 'config_reload_partial', setting: 'etcd', reason: 'read at start' }, 'the etcd settings are read at start: this change applies when the gateway is restarted');
     }
     if (!this.#loaded) {
@@ -246,7 +242,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     // Nothing changed since what serves: it serves this revision too.
     if (!changed && this.#servedRevision >= previous) this.#servedRevision = this.#resources.revision;
     this.#loaded = true;
-    this.#applied(changed, true);
+    this.#applied(changed);
   }
 
   /** Watches from `revision` until the watch breaks ('broken') or etcd cancels it for compaction ('compacted'). */
@@ -284,7 +280,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
         if (changes.length === 0) return;
         this.#reject(this.#resources.apply(changes, this.#env));
         this.#resources.revision = Math.max(this.#resources.revision, ...changes.map((c) => c.revision));
-        this.#applied(true, false);
+        this.#applied(true);
       });
       watcher.on('disconnected', (error: Error) => end(created ? 'broken' : error));
       // etcd cancels a watch whose start revision was compacted away (the only cancel we cause not ourselves).
@@ -292,16 +288,10 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     });
   }
 
-  /** After the resources changed: the snapshot is written and the gateway told. */
-  #applied(changed: boolean, listed: boolean): void {
-    if (!changed && !listed) return;
-    if (changed) {
-      this.#options.snapshot?.write({ resources: this.#resources.entries(), revision: this.#resources.revision });
-      this.#changed?.('etcd');
-    } else {
-      // A read that found nothing new still moves the revision the snapshot records.
-      this.#options.snapshot?.write({ resources: this.#resources.entries(), revision: this.#resources.revision });
-    }
+  /** After a read or a watch event: the snapshot records the set and its revision; the gateway is told when the set changed. */
+  #applied(changed: boolean): void {
+    this.#options.snapshot?.write({ resources: this.#resources.entries(), revision: this.#resources.revision });
+    if (changed) this.#changed?.('etcd');
   }
 
   #reject(rejected: readonly Rejection[]): void {

@@ -21,7 +21,7 @@ export interface StateSources {
   /** Workers replaced by `workers_recycle`. */
   workerRecycles?(): number;
   /** The etcd config source, in etcd mode. */
-  configSource?(): { revision: number; connected: boolean | undefined; loaded: boolean; rejected: ReadonlyMap<string, number>; fullReads: number };
+  configSource?(): { revision: number; connected: boolean; loaded: boolean; rejected: ReadonlyMap<string, number>; fullReads: number };
 }
 
 /**
