@@ -10,6 +10,8 @@ import { Metrics, type MetricsJson } from './telemetry/metrics.ts';
 import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
+import { RetryBudget } from './routing/retry-budget.ts';
+import { STATE_VALUE } from './routing/targets.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { ListenerSockets, type SocketProvider } from './server/sockets.ts';
@@ -160,8 +162,26 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     connections: () => lifecycle.connections.counts(),
     draining: () => lifecycle.draining,
     drainDurationSeconds: () => lifecycle.drainSeconds(),
+    targets: () =>
+      [...(gatewayRef?.routing.targets.all() ?? [])].map((t) => ({
+        provider: t.provider,
+        model: t.model,
+        state: STATE_VALUE[t.state === 'open' && systemClock.now() >= t.openUntil ? 'half_open' : t.state],
+        inFlight: t.inFlight,
+      })),
     ...supervision.metricsSources(),
   });
+  let gatewayRef: Gateway | undefined;
+  // An outage can spend the retry budget on every request: said once a minute per route, counted always.
+  const budgetWarned = new Map<string, number>();
+  const retryBudgetLog = {
+    warn: (route: string) => {
+      const now = systemClock.now();
+      if ((budgetWarned.get(route) ?? -Infinity) > now - 60_000) return;
+      budgetWarned.set(route, now);
+      logger.warn({ event: 'retry_budget_exhausted', route }, `route "${route}": the retry budget is spent; failures are returned without retry (sluice_route_retries_total{kind="budget_exhausted"} counts them)`);
+    },
+  };
   lifecycle.observeConnections(
     (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
     (connection, reason) => metrics.connectionsClosed.labels(connection.listener, reason).inc(),
@@ -178,7 +198,18 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     decision: lifecycle,
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
+    clock: systemClock,
+    budget: new RetryBudget(config.routing.retry_budget_percent, config.routing.min_retry_concurrency),
+    attempted: (provider, model, outcome) => metrics.attempts.add(1, provider, model, outcome),
+    retried: (route, kind) => metrics.retries.add(1, route, kind),
+    budgetExhausted: (route) => {
+      metrics.retries.add(1, route, 'budget_exhausted');
+      retryBudgetLog.warn(route);
+    },
+    cooldownStarted: (provider, model, failure, ms) =>
+      logger.warn({ event: 'target_cooldown', provider, model, failure, cooldown_ms: Math.round(ms) }, `target ${provider}/${model} left out for ${Math.round(ms / 1000)} s after ${failure} failures`),
   });
+  gatewayRef = gateway;
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: current.resources_pending === undefined },
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
@@ -199,6 +230,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     listeners: listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
     requests_started: lifecycle.requestsStarted,
     rss_bytes: process.memoryUsage.rss(),
+    targets: [...gateway.routing.targets.all()].map((t) => t.info(systemClock.now())),
   });
   const serverInfo = async (): Promise<object> => {
     const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000), pid: process.pid, hot_restart: options.hotRestart?.info() ?? null };

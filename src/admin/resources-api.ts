@@ -14,7 +14,7 @@ import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { readBody } from '../server/body.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { GatewayError } from '../api/errors.ts';
-import type { Config } from '../config/schema.ts';
+import { modelTargets, type Config } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
 import { checkResource, isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
@@ -160,7 +160,7 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
     if (!(error instanceof ConfigError)) throw error;
     const problems = error.problems.map((p) => `${p.path}: ${p.message}`).join('; ');
     if (!resource && kind === 'providers') {
-      const users = current.models.filter((m) => m.provider === name).map((m) => m.name);
+      const users = current.models.filter((m) => modelTargets(m).some((t) => t.provider === name)).map((m) => m.name);
       if (users.length > 0) return new GatewayError(409, 'invalid_request_error', 'resource_in_use', `provider "${name}" is used by models ${users.map((u) => `"${u}"`).join(', ')}: change or delete them first`);
     }
     return invalid(`${kind}/${name} does not fit the configuration: ${problems}`);

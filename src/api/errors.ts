@@ -66,6 +66,12 @@ export const errors = {
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
+  firstTokenTimeout: (provider: string) =>
+    new GatewayError(504, 'timeout_error', 'upstream_first_token_timeout', `provider "${provider}" sent no content before the route's first_token_timeout_ms`),
+  noTarget: (route: string) => new GatewayError(503, 'upstream_error', 'no_target_available', `route "${route}" has no target left to try`),
+  untranslatable: (param: string, detail: string, provider: string, type: string) =>
+    new GatewayError(400, 'invalid_request_error', 'unsupported_parameter', `${detail} (the request was routed to provider "${provider}" of type ${type}; parameter "${param}")`),
+  untranslatableAnswer: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_invalid_answer', `provider "${provider}" answered with a body that could not be read`),
   configNotLoaded: (why: string) => new GatewayError(503, 'server_error', 'config_not_loaded', `this gateway has no configuration yet: ${why}`),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),
   noWebSocketRoute: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no WebSocket route for ${path}`),

@@ -4,7 +4,7 @@
 // last value of it that was valid (or stays absent).
 import { ConfigError, formatPath, issueProblems, validateConfig } from './load.ts';
 import { interpolate, type MissingVariable } from './interpolate.ts';
-import { modelSchema, namedKeySchema, providerSchema, type Config } from './schema.ts';
+import { modelSchema, modelTargets, namedKeySchema, providerSchema, type Config, type ModelConfig } from './schema.ts';
 
 export const RESOURCE_KINDS = ['providers', 'models', 'keys'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
@@ -168,9 +168,10 @@ export class ResourceSet {
     let included = RESOURCE_KINDS.flatMap((kind) => this.list(kind));
     const providers = new Set(included.filter((r) => r.kind === 'providers').map((r) => r.name));
     included = included.filter((r) => {
-      const provider = r.kind === 'models' ? (r.value as { provider: string }).provider : undefined;
-      if (provider === undefined || providers.has(provider)) return true;
-      rejected.push({ key: resourceKey(r.kind, r.name), reason: `unknown provider "${provider}"` });
+      if (r.kind !== 'models') return true;
+      const missing = modelTargets(r.value as ModelConfig).find((t) => !providers.has(t.provider));
+      if (missing === undefined) return true;
+      rejected.push({ key: resourceKey(r.kind, r.name), reason: `unknown provider "${missing.provider}"` });
       return false;
     });
     // What the whole-config checks still find in one resource (an echo provider with a base_url) leaves that one out.

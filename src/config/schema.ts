@@ -74,11 +74,106 @@ export const providerSchema = z.strictObject({
   headers: z.record(z.string(), z.string()).default({}),
 });
 
-export const modelSchema = z.strictObject({
-  name: z.string().min(1, 'expected a model name, or "*" / "prefix-*" for a pattern'),
-  provider: name,
-  upstream_model: z.string().min(1).optional(),
+/**
+ * Why an attempt failed, as routes name it in `retry_on` / `fallback_on` (a number is one HTTP
+ * status): docs/routing.md has the table.
+ */
+export const FAILURE_CLASSES = [
+  'connect',
+  'reset',
+  'timeout',
+  'first_token_timeout',
+  'rate_limited',
+  'server_error',
+  'stream_error',
+  'context_length',
+  'client_error',
+] as const;
+export type FailureClass = (typeof FAILURE_CLASSES)[number];
+const failure = z.union([z.enum(FAILURE_CLASSES), z.number().int().min(400).max(599)], {
+  error: `expected one of ${FAILURE_CLASSES.join(', ')}, or an HTTP status from 400 to 599`,
 });
+
+const milliseconds = fromEnv(z.number().int().nonnegative('expected milliseconds >= 0'));
+
+/** One place a route sends requests: a provider and the model name it is asked for. */
+export const targetSchema = z.strictObject({
+  provider: name,
+  /** The model name sent upstream; default: the name the client asked for. */
+  model: z.string().min(1).optional(),
+  /** Share of the requests within its priority tier (round robin, hashing). */
+  weight: fromEnv(z.number().int().min(1).max(1000)).default(1),
+  /** Tier: every target of the lowest tier that is usable is tried before any of the next. */
+  priority: fromEnv(z.number().int().min(0).max(100)).default(0),
+  /** This target's wait for response headers per attempt; default the route's `retry.attempt_timeout_ms`. */
+  timeout_ms: milliseconds.optional(),
+  /** This target's wait for a stream's first content; default the route's `retry.first_token_timeout_ms`. */
+  first_token_timeout_ms: milliseconds.optional(),
+  /** Extra headers sent to this target only. */
+  headers: z.record(z.string(), z.string()).default({}),
+});
+
+const routeRetry = z.strictObject({
+  /** Attempts in all, the first included, across retries and fallbacks. */
+  max_attempts: fromEnv(z.number().int().min(1).max(10)).default(3),
+  /** Failures retried on the same target (after a backoff; `Retry-After` honoured). */
+  retry_on: z.array(failure).default(['connect']),
+  /** Times one target is retried after its first attempt. */
+  max_retries_per_target: fromEnv(z.number().int().min(0).max(5)).default(1),
+  /** Failures that move on to the next target (at once). */
+  fallback_on: z.array(failure).default(['connect', 'reset', 'timeout', 'first_token_timeout', 'rate_limited', 'server_error', 'stream_error']),
+  /** Exponential backoff with full jitter between retries of one target: base × 2^n, capped. */
+  backoff_base_ms: milliseconds.default(100),
+  backoff_max_ms: milliseconds.default(2000),
+  /** Each attempt's wait for response headers; 0: upstream.timeout_ms. */
+  attempt_timeout_ms: milliseconds.default(0),
+  /** A stream whose first content has not come by then is abandoned for the next target; 0: no deadline. */
+  first_token_timeout_ms: milliseconds.default(0),
+  /** No attempt starts, and none is waited for before its first content, past this; 0: no deadline. */
+  total_timeout_ms: milliseconds.default(0),
+});
+
+export const modelSchema = z
+  .strictObject({
+    name: z.string().min(1, 'expected a model name, or "*" / "prefix-*" for a pattern'),
+    /** The one-target form: a provider (and `upstream_model`). */
+    provider: name.optional(),
+    upstream_model: z.string().min(1).optional(),
+    /** The routed form: one or more targets. */
+    targets: z.array(targetSchema).min(1, 'expected at least one target').optional(),
+    /** How a target is chosen within a priority tier (default round_robin, weighted). */
+    strategy: z.enum(['round_robin', 'least_in_flight', 'lowest_latency', 'consistent_hash']).optional(),
+    /** consistent_hash: what is hashed: `header:NAME` or `body:FIELD` (a top-level or dotted field, e.g. body:user). */
+    hash_on: z
+      .string()
+      .regex(/^(header:[A-Za-z0-9-]+|body:[A-Za-z0-9_]+(\.[A-Za-z0-9_]+)*)$/, 'expected "header:NAME" or "body:FIELD"')
+      .optional(),
+    /** Retries and fallbacks; each setting has a default (DEFAULT_ROUTE_RETRY). */
+    retry: routeRetry.optional(),
+  })
+  .superRefine((model, ctx) => {
+    if (model.provider === undefined && model.targets === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['provider'], message: 'required: a "provider" (one target), or "targets"' });
+    }
+    if (model.provider !== undefined && model.targets !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['targets'], message: 'give either "provider" (one target) or "targets", not both' });
+    }
+    if (model.targets !== undefined && model.upstream_model !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['upstream_model'], message: 'with "targets", give each target its "model"' });
+    }
+    if (model.strategy === 'consistent_hash' && model.hash_on === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['hash_on'], message: 'strategy consistent_hash needs hash_on ("header:NAME" or "body:FIELD")' });
+    }
+  });
+
+export type TargetConfig = z.infer<typeof targetSchema>;
+export const DEFAULT_ROUTE_RETRY = routeRetry.parse({});
+
+/** A model entry's targets, whichever form it was written in. */
+export function modelTargets(model: { provider?: string | undefined; upstream_model?: string | undefined; targets?: readonly TargetConfig[] | undefined }): readonly TargetConfig[] {
+  if (model.targets !== undefined) return model.targets;
+  return [{ provider: model.provider!, model: model.upstream_model, weight: 1, priority: 0, headers: {} }];
+}
 
 const KEY_SHA256 = /^[A-Za-z0-9+/]{43}=$/;
 /** A client key: the key itself, or (as the admin API stores them) only its SHA-256 digest, base64. */
@@ -185,6 +280,20 @@ const upstream = z.strictObject({
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
 
+const routing = z.strictObject({
+  /** A target that fails this many attempts in a row is left out for a cooldown; 0: never. */
+  cooldown_failures: fromEnv(z.number().int().nonnegative()).default(3),
+  /** The cooldown; a longer `Retry-After` from the target (up to cooldown_max_secs) wins. */
+  cooldown_secs: fromEnv(z.number().positive()).default(30),
+  cooldown_max_secs: fromEnv(z.number().positive()).default(300),
+  /**
+   * Retry budget (as Envoy's): retries and fallbacks in progress may not exceed this percentage
+   * of the requests in progress, or min_retry_concurrency, whichever is larger.
+   */
+  retry_budget_percent: fromEnv(z.number().min(0).max(100)).default(20),
+  min_retry_concurrency: fromEnv(z.number().int().nonnegative()).default(3),
+});
+
 const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
 
 const admin = z.strictObject({
@@ -220,6 +329,7 @@ export const configSchema = z
     shutdown: shutdown.default(shutdown.parse({})),
     downstream: downstream.default(downstream.parse({})),
     upstream: upstream.default(upstream.parse({})),
+    routing: routing.default(routing.parse({})),
     log: log.default(log.parse({})),
     admin: admin.default(admin.parse({})),
     hot_restart: hotRestart.default(hotRestart.parse({})),
@@ -291,10 +401,17 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     addresses.set(key, index);
   });
   const providerNames = new Set(providers.map((p) => p?.name).filter((n) => typeof n === 'string'));
+  const known = () => [...providerNames].map((p) => `"${String(p)}"`).join(', ') || 'none configured';
   models.forEach((m, index) => {
     if (typeof m?.provider === 'string' && !providerNames.has(m.provider)) {
-      const known = [...providerNames].map((p) => `"${String(p)}"`).join(', ') || 'none configured';
-      ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known})` });
+      ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known()})` });
+    }
+    if (Array.isArray(m?.targets)) {
+      (m.targets as Record<string, unknown>[]).forEach((t, at) => {
+        if (typeof t?.provider === 'string' && !providerNames.has(t.provider)) {
+          ctx.addIssue({ code: 'custom', path: ['models', index, 'targets', at, 'provider'], message: `unknown provider "${t.provider}" (known: ${known()})` });
+        }
+      });
     }
     const name = typeof m?.name === 'string' ? m.name : '';
     const star = name.indexOf('*');
@@ -343,6 +460,8 @@ export function listenerProtocols(listener: ListenerConfig): readonly Protocol[]
 }
 export type ProviderConfig = Config['providers'][number];
 export type ModelConfig = Config['models'][number];
+export type RoutingConfig = Config['routing'];
+export type RouteRetryConfig = typeof DEFAULT_ROUTE_RETRY;
 export type ShutdownConfig = Config['shutdown'];
 export type DownstreamConfig = Config['downstream'];
 export type UpstreamConfig = Config['upstream'];

@@ -5,6 +5,8 @@ import type { Config } from '../config/schema.ts';
 import type { Provider, Endpoint } from '../providers/types.ts';
 import { createProviders } from '../providers/registry.ts';
 import { ModelRouter } from '../routing/router.ts';
+import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
+import { systemClock } from '../lifecycle/clock.ts';
 import { ClientKeys } from '../auth/keys.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
@@ -12,6 +14,7 @@ import { discardRest, readBody } from '../server/body.ts';
 import { errors, type ErrorDialect } from '../api/errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
+import { RoutedExchange, type ExchangeEnvironment } from './routed-exchange.ts';
 import { anthropicListBody, anthropicPage, ModelCatalog, modelBody, openaiListBody, type ModelListEvents } from './models.ts';
 
 export interface Routing {
@@ -22,14 +25,23 @@ export interface Routing {
   readonly models: ModelCatalog;
   /** Why the resources are not loaded yet (etcd not answering, no snapshot): every request gets a 503 saying so. */
   readonly pending: string | undefined;
+  /** Every target's health, in-flight count and latency; kept across a reload for unchanged providers. */
+  readonly targets: TargetStates;
+  readonly cooldown: CooldownSettings;
+  readonly retryBudget: { readonly percent: number; readonly minConcurrency: number };
 }
 
 export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
   const router = new ModelRouter(config.models);
   const providers = createProviders(config, previous && { config: previous.config, providers: previous.routing.providers });
+  const targets = previous ? previous.routing.targets.carry((name) => providers.get(name) !== undefined && providers.get(name) === previous.routing.providers.get(name)) : new TargetStates(systemClock);
+  const r = config.routing;
   return {
     router,
     providers,
+    targets,
+    cooldown: { failures: r.cooldown_failures, secs: r.cooldown_secs, maxSecs: r.cooldown_max_secs },
+    retryBudget: { percent: r.retry_budget_percent, minConcurrency: r.min_retry_concurrency },
     keys: new ClientKeys(config.keys),
     bodyLimit: config.downstream.request_body_limit_bytes,
     models: new ModelCatalog(router, providers, events),
@@ -62,13 +74,21 @@ function dialectOf(ctx: RequestContext, spec: EndpointSpec | undefined): ErrorDi
   return ctx.req.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
 }
 
+export type GatewayEnvironment = RelayEnvironment & ExchangeEnvironment;
+
 export class Gateway {
   #routing: Routing;
-  readonly #env: RelayEnvironment;
+  readonly #env: GatewayEnvironment;
 
-  constructor(routing: Routing, env: RelayEnvironment) {
+  constructor(routing: Routing, env: GatewayEnvironment) {
     this.#routing = routing;
     this.#env = env;
+    this.#applyBudget(routing);
+  }
+
+  #applyBudget(routing: Routing): void {
+    this.#env.budget.percent = routing.retryBudget.percent;
+    this.#env.budget.minConcurrency = routing.retryBudget.minConcurrency;
   }
 
   get routing(): Routing {
@@ -78,6 +98,7 @@ export class Gateway {
   /** E6: later requests use `routing`; requests already routed finish on what they started with. */
   setRouting(routing: Routing): void {
     this.#routing = routing;
+    this.#applyBudget(routing);
   }
 
   /** The endpoint label for a path, or undefined when the proxy does not serve it. */
@@ -167,25 +188,15 @@ export class Gateway {
     const route = routing.router.resolve(model);
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;
-    const provider = routing.providers.get(route.provider)!;
-    ctx.provider = provider.name;
-    if (!provider.supports(spec.endpoint)) return sendError(ctx, decision, errors.unsupportedEndpoint(model, provider.name, provider.type, path));
-    let bytes = read.body;
-    if (route.upstreamModel !== undefined && route.upstreamModel !== model) {
-      body.model = route.upstreamModel;
-      try {
-        bytes = Buffer.from(JSON.stringify(body));
-      } catch {
-        // Only a body nested deeper than the stack allows gets here (JSON.parse took it).
-        return sendError(ctx, decision, errors.tooDeep());
-      }
-    }
+    ctx.provider = route.provider;
     if (ctx.res.destroyed) return;
     const relay = new ResponseRelay(ctx, this.#env, ctx.dialect);
-    try {
-      provider.dispatch({ endpoint: spec.endpoint, body: bytes, json: body, headers: upstreamHeaders(ctx.req.headers), requestId: ctx.id }, relay);
-    } catch (error) {
-      relay.onResponseError(undefined as never, error as Error);
-    }
+    const exchange = new RoutedExchange(
+      { ctx, route, providers: routing.providers, states: routing.targets, cooldown: routing.cooldown, endpoint: spec.endpoint, json: body, bytes: read.body, headers: upstreamHeaders(ctx.req.headers), path },
+      this.#env,
+      relay,
+    );
+    exchange.start();
   }
 }
+

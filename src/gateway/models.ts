@@ -7,6 +7,7 @@
 // RETRY_MS.
 import type { Provider, UpstreamModel } from '../providers/types.ts';
 import type { ModelRouter } from '../routing/router.ts';
+import { modelTargets } from '../config/schema.ts';
 
 /** How long a provider's model list is kept. */
 export const LIST_TTL_MS = 5 * 60_000;
@@ -59,11 +60,14 @@ export class ModelCatalog {
     this.#now = now;
     this.#exact = router.models
       .filter((model) => !model.name.includes('*'))
-      .map((model) => ({ id: model.name, created: 0, displayName: model.name, ownedBy: model.provider }));
+      .map((model) => ({ id: model.name, created: 0, displayName: model.name, ownedBy: modelTargets(model)[0]!.provider }));
     const listed = new Set<Provider>();
     for (const model of router.models) {
-      const provider = providers.get(model.provider);
-      if (model.name.includes('*') && provider?.listModels) listed.add(provider);
+      if (!model.name.includes('*')) continue;
+      for (const target of modelTargets(model)) {
+        const provider = providers.get(target.provider);
+        if (provider?.listModels) listed.add(provider);
+      }
     }
     this.#listed = [...listed];
   }
@@ -78,7 +82,7 @@ export class ModelCatalog {
         if (seen.has(model.id)) continue;
         const route = this.#router.resolve(model.id);
         // Listed only when a request for it would reach this provider through a pattern.
-        if (!route || !route.entry.includes('*') || this.#providers.get(route.provider) !== provider) continue;
+        if (!route || !route.entry.includes('*') || !route.targets.some((t) => this.#providers.get(t.provider) === provider)) continue;
         seen.add(model.id);
         out.push({ id: model.id, created: model.created, displayName: model.displayName ?? model.id, ownedBy: provider.name });
       }

@@ -1,6 +1,6 @@
-// Relays one provider response to the client as it arrives: status and headers, then bytes
-// (SSE chunk by chunk), with back-pressure, usage reading and exactly one ending. Shaped as an
-// undici DispatchHandler so HTTP and local providers share it.
+// Relays the answer a route committed to the client as it arrives: status and headers, then bytes
+// (SSE chunk by chunk), with back-pressure and exactly one ending. Shaped as an undici
+// DispatchHandler; its controller is the RoutedExchange, which stands for the attempts.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { DispatchController, ResponseHandler } from '../providers/types.ts';
 import type { DrainDecision, ForceEndable } from '../lifecycle/contracts.ts';
@@ -8,8 +8,7 @@ import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
 import { errors, GatewayError, type ErrorDialect } from '../api/errors.ts';
-import { classifyUpstreamError } from './upstream-errors.ts';
-import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
+import { classifyUpstreamError, kindOfCode } from './upstream-errors.ts';
 
 export interface RelayEnvironment {
   readonly decision: DrainDecision;
@@ -31,7 +30,6 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   readonly #env: RelayEnvironment;
   readonly #dialect: ErrorDialect;
   #controller: DispatchController | undefined;
-  #usage: UsageReader | undefined;
   #sse = false;
   #ended = false;
   #waitingForDrain = false;
@@ -53,8 +51,7 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
     if (this.#ended) return;
     const contentType = headers['content-type'];
     this.#sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream');
-    if (status < 300) this.#usage = this.#sse ? new SseUsageReader() : new JsonUsageReader();
-    else {
+    if (status >= 300) {
       this.#ctx.errorCode = `upstream_status_${status}`;
       this.#env.upstreamError(this.#ctx.provider, 'status');
     }
@@ -63,7 +60,6 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
 
   onResponseData(controller: DispatchController, chunk: Buffer): void {
     if (this.#ended) return;
-    this.#usage?.push(chunk);
     if (!this.#ctx.res.write(chunk) && !this.#waitingForDrain) {
       this.#waitingForDrain = true;
       controller.pause();
@@ -79,7 +75,8 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
 
   onResponseError(_controller: DispatchController, error: Error): void {
     if (this.#ended) return;
-    const { error: gatewayError, kind } = classifyUpstreamError(error, this.#ctx.provider);
+    // A GatewayError is the route's verdict (every attempt failed, or none could be made); anything else broke a committed answer.
+    const { error: gatewayError, kind } = error instanceof GatewayError ? { error, kind: kindOfCode(error.code) } : classifyUpstreamError(error, this.#ctx.provider);
     this.#env.upstreamError(this.#ctx.provider, kind);
     this.#ctx.errorCode = gatewayError.code;
     this.#finish();
@@ -116,8 +113,6 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
 
   #finish(): void {
     this.#ended = true;
-    const usage = this.#usage?.finish();
-    if (usage) this.#ctx.usage = usage;
   }
 
   readonly #onDrain = (): void => {

@@ -23,3 +23,15 @@ export function classifyUpstreamError(error: unknown, provider: string): { error
       return { error: errors.upstreamFailed(provider), kind: 'other' };
   }
 }
+
+/** The metrics kind of a route's final error (`sluice_upstream_errors_total`), as for a transport error. */
+const KIND_OF_CODE: Readonly<Record<string, string>> = {
+  upstream_connect_failed: 'connect',
+  upstream_reset: 'reset',
+  upstream_timeout: 'timeout',
+  upstream_first_token_timeout: 'first_token_timeout',
+};
+
+export function kindOfCode(code: string): string {
+  return KIND_OF_CODE[code] ?? code;
+}

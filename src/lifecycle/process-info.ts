@@ -39,4 +39,6 @@ export interface ProcessInfo {
   requests_started: number;
   /** Resident memory, in bytes. */
   rss_bytes: number;
+  /** Each routing target's state (provider, model, circuit, in flight, latency): a proxy process's. */
+  targets?: Record<string, unknown>[];
 }

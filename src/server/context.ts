@@ -36,6 +36,8 @@ export class ExchangeContext {
   /** Stable error code when the request failed (access log `error`). */
   errorCode = '';
   usage: Usage | undefined = undefined;
+  /** Upstream attempts made (retries and fallbacks included); 0 when none was needed. */
+  attempts = 0;
 
   constructor(req: IncomingMessage, listener: string, connection: TrackedConnection | undefined) {
     this.req = req;

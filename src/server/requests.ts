@@ -59,6 +59,7 @@ export function createExchangeRecorder(services: RequestServices) {
       protocol: ctx.protocol,
       errorCode: ctx.errorCode,
       usage: ctx.usage,
+      attempts: ctx.attempts,
     });
   }
 }

@@ -20,6 +20,8 @@ export interface FinishedRequest {
   protocol: string;
   errorCode: string;
   usage: { prompt: number; completion: number } | undefined;
+  /** Upstream attempts (retries and fallbacks included); logged when more than one. */
+  attempts?: number;
 }
 
 export class AccessLog {
@@ -61,6 +63,7 @@ export class AccessLog {
       model: r.model || undefined,
       provider: r.provider || undefined,
       error: r.errorCode || undefined,
+      attempts: r.attempts !== undefined && r.attempts > 1 ? r.attempts : undefined,
       prompt_tokens: r.usage?.prompt,
       completion_tokens: r.usage?.completion,
     });

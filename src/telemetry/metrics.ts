@@ -20,6 +20,8 @@ export interface StateSources {
   workerRestarts?(): number;
   /** Workers replaced by `workers_recycle`. */
   workerRecycles?(): number;
+  /** Every routing target's state: provider, model, circuit (0 closed, 1 half-open, 2 open), in flight. */
+  targets?(): { provider: string; model: string; state: number; inFlight: number }[];
   /** The etcd config source, in etcd mode. */
   configSource?(): { revision: number; connected: boolean; loaded: boolean; rejected: ReadonlyMap<string, number>; fullReads: number };
 }
@@ -65,6 +67,10 @@ export class Metrics {
   /** Gauge sluice_in_flight_requests: endpoint, protocol. */
   readonly inFlight = new HotValues(['endpoint', 'protocol']);
   readonly upstreamErrors: Counter<'provider' | 'kind'>;
+  /** Counter sluice_upstream_attempts_total: provider, model (the target's), outcome. */
+  readonly attempts = new HotValues(['provider', 'model', 'outcome']);
+  /** Counter sluice_route_retries_total: model (the route entry), kind (retry, fallback, budget_exhausted). */
+  readonly retries = new HotValues(['model', 'kind']);
   /** Counter sluice_tokens_total: model, provider, type. */
   readonly tokens = new HotValues(['model', 'provider', 'type']);
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
@@ -80,7 +86,51 @@ export class Metrics {
   constructor(sources: StateSources) {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
-    const { requests, inFlight, tokens } = this;
+    const { requests, inFlight, tokens, attempts, retries } = this;
+    new Counter({
+      name: 'sluice_upstream_attempts_total',
+      help: 'Upstream attempts by target (provider, model) and outcome: success, or the failure class (connect, reset, timeout, first_token_timeout, rate_limited, server_error, stream_error, context_length, client_error).',
+      labelNames: ['provider', 'model', 'outcome'],
+      registers,
+      collect() {
+        this.reset();
+        for (const c of attempts.cells()) this.inc(c.labels, c.value);
+      },
+    });
+    new Counter({
+      name: 'sluice_route_retries_total',
+      help: 'Further attempts by route (model entry) and kind: retry (same target), fallback (next target), budget_exhausted (refused by the retry budget).',
+      labelNames: ['model', 'kind'],
+      registers,
+      collect() {
+        this.reset();
+        for (const c of retries.cells()) this.inc(c.labels, c.value);
+      },
+    });
+    if (sources.targets) {
+      const targets = sources.targets;
+      new Gauge({
+        name: 'sluice_target_state',
+        help: 'Each routing target\'s circuit: 0 closed (in use), 1 half-open (one probe allowed), 2 open (cooling down).',
+        labelNames: ['provider', 'model'],
+        registers,
+        aggregator: 'max',
+        collect() {
+          this.reset();
+          for (const t of targets()) this.set({ provider: t.provider, model: t.model }, t.state);
+        },
+      });
+      new Gauge({
+        name: 'sluice_target_in_flight',
+        help: 'Upstream attempts in progress by target.',
+        labelNames: ['provider', 'model'],
+        registers,
+        collect() {
+          this.reset();
+          for (const t of targets()) this.set({ provider: t.provider, model: t.model }, t.inFlight);
+        },
+      });
+    }
     new Counter({
       name: 'sluice_requests_total',
       help: 'Finished requests by endpoint, status and model.',

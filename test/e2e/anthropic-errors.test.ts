@@ -71,9 +71,12 @@ describe('the Anthropic SDK sees our errors as its own', () => {
     await assert.rejects(anthropicClient('sk-wrong-key-123').models.list(), sdkError(Anthropic.AuthenticationError, 'authentication_error', /invalid API key/));
   });
 
-  test('an unknown model is a NotFoundError; a model of an OpenAI-type provider is a BadRequestError', async () => {
+  test('an unknown model is a NotFoundError; what an OpenAI-type model cannot be asked (extended thinking) is a BadRequestError naming it', async () => {
     await assert.rejects(anthropicClient().messages.create(message('no-such-model')), sdkError(Anthropic.NotFoundError, 'not_found_error', /model "no-such-model" is not configured/));
-    await assert.rejects(anthropicClient().messages.create(message('gpt-test')), sdkError(Anthropic.BadRequestError, 'invalid_request_error', /does not serve \/v1\/messages/));
+    await assert.rejects(
+      anthropicClient().messages.create({ ...message('gpt-test'), max_tokens: 2048, thinking: { type: 'enabled', budget_tokens: 1024 } }),
+      sdkError(Anthropic.BadRequestError, 'invalid_request_error', /parameter "thinking"/),
+    );
   });
 
   test('a body over the limit is a 413 request_too_large', async () => {

@@ -189,13 +189,22 @@ describe('other endpoints', () => {
     assert.match(text, /event: message_stop/);
   });
 
-  test('an OpenAI-type model on /v1/messages is a clear 400, in Anthropic\'s shape', async () => {
-    const res = await post('/v1/messages', { model: 'gpt-test', max_tokens: 5, messages: [] });
+  test('an OpenAI-type model on /v1/messages is translated: the provider gets Chat Completions, the client an Anthropic message', async () => {
+    mock.reset();
+    const res = await post('/v1/messages', { model: 'gpt-test', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] });
+    assert.equal(res.status, 200);
+    const body = (await res.json()) as { type: string; role: string; content: { type: string }[] };
+    assert.equal(body.type, 'message');
+    assert.equal(body.content[0]!.type, 'text');
+    assert.equal(mock.received[0]!.path, '/v1/chat/completions');
+  });
+
+  test('an embeddings request to an Anthropic-type model is a clear 400: there is no translation for it', async () => {
+    const res = await post('/v1/embeddings', { model: 'claude-test', input: 'x' });
     assert.equal(res.status, 400);
-    const body = (await res.json()) as { type: string; error: { type: string; message: string } };
-    assert.equal(body.type, 'error');
-    assert.equal(body.error.type, 'invalid_request_error');
-    assert.match(body.error.message, /does not serve \/v1\/messages/);
+    const body = (await res.json()) as { error: { code: string; message: string } };
+    assert.equal(body.error.code, 'unsupported_endpoint');
+    assert.match(body.error.message, /does not serve \/v1\/embeddings/);
   });
 
   test('GET /v1/models lists the exact names, and for patterns only what the provider lists (none matches pre-*)', async () => {

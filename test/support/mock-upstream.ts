@@ -44,6 +44,11 @@ export interface MockUpstream {
   waitFor(predicate: (r: MockRequest[]) => boolean, timeoutMs?: number): Promise<void>;
   /** Forgets the recorded requests (the `received` array is emptied in place). */
   reset(): void;
+  /**
+   * Scripts every following request as if it carried this `x-mock` scenario (a function: per
+   * request, in arrival order from 0), whatever its own header says; undefined: back to the header.
+   */
+  script(scenario: MockScenario | ((n: number) => MockScenario | undefined) | undefined): void;
   /** Stops listening and drops every open connection, pending requests included. */
   close(): Promise<void>;
 }
@@ -86,6 +91,8 @@ export interface MockScenario {
   chunks?: number;
   /** Destroy the socket right after writing this many SSE events ([DONE] counts). */
   disconnectAfterEvents?: number;
+  /** Write this many SSE events, then go silent (the connection stays open until the client ends it). */
+  stallAfterEvents?: number;
   /** Destroy the socket without answering. */
   destroyBeforeHeaders?: boolean;
   /** Never answer; the request stays open until the client (or close()) ends it. */
@@ -135,6 +142,7 @@ interface ReplyOptions {
   chunks: number;
   intervalMs: number;
   disconnectAfter: number | undefined;
+  stallAfter?: number | undefined;
 }
 
 const DEFAULT_REPLY: ReplyOptions = {
@@ -197,7 +205,8 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
   const record = options.record ?? true;
   const received: MockRequest[] = [];
 
-  const server = createServer((req, res) => onRequest(req, res, record ? received : undefined));
+  const scripted: Scripted = { scenario: undefined, count: 0 };
+  const server = createServer((req, res) => onRequest(req, res, record ? received : undefined, scripted));
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
   server.requestTimeout = 0; // neverRespond means forever, not 300 s.
@@ -218,6 +227,10 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
         waitFor: (predicate, timeoutMs = 5000) => waitFor(received, predicate, timeoutMs),
         reset: () => {
           received.length = 0;
+        },
+        script: (scenario) => {
+          scripted.scenario = scenario;
+          scripted.count = 0;
         },
         close: () => {
           closing ??= new Promise<void>((done) => {
@@ -261,7 +274,17 @@ async function waitFor(
 
 // ---------------------------------------------------------------------------------------------------
 
-function onRequest(req: IncomingMessage, res: ServerResponse, received: MockRequest[] | undefined): void {
+interface Scripted {
+  scenario: MockScenario | ((n: number) => MockScenario | undefined) | undefined;
+  count: number;
+}
+
+function onRequest(req: IncomingMessage, res: ServerResponse, received: MockRequest[] | undefined, scripted?: Scripted): void {
+  if (scripted?.scenario !== undefined && req.url !== undefined && !req.url.endsWith('/models')) {
+    const scenario = typeof scripted.scenario === 'function' ? scripted.scenario(scripted.count++) : scripted.scenario;
+    if (scenario === undefined) delete req.headers[MOCK_HEADER];
+    else req.headers[MOCK_HEADER] = JSON.stringify(scenario);
+  }
   const ex: Exchange = {
     req,
     res,
@@ -377,6 +400,7 @@ async function dispatch(ex: Exchange, json: unknown): Promise<void> {
     chunks: typeof sc.chunks === 'number' && sc.chunks >= 0 ? Math.floor(sc.chunks) : DEFAULT_REPLY.chunks,
     intervalMs: typeof sc.sseIntervalMs === 'number' && sc.sseIntervalMs > 0 ? sc.sseIntervalMs : 0,
     disconnectAfter: typeof sc.disconnectAfterEvents === 'number' ? Math.max(0, Math.floor(sc.disconnectAfterEvents)) : undefined,
+    stallAfter: typeof sc.stallAfterEvents === 'number' ? Math.max(0, Math.floor(sc.stallAfterEvents)) : undefined,
   };
 
   if (sc.neverRespond === true) return; // held open until the client or close() ends it
@@ -460,6 +484,11 @@ async function streamEvents(ex: Exchange, events: string[], reply: ReplyOptions,
   res.writeHead(reply.status, headers);
 
   const disconnectAfter = reply.disconnectAfter;
+  if (reply.stallAfter !== undefined) {
+    res.write(events.slice(0, reply.stallAfter).join(''));
+    await sleep(ex, 2 ** 30);
+    return;
+  }
   if (reply.intervalMs === 0 && disconnectAfter === undefined) {
     res.end(events.join(''));
     return;

@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { LIST_TTL_MS, ModelCatalog, RETRY_MS } from '../../src/gateway/models.ts';
 import { ModelRouter } from '../../src/routing/router.ts';
+import { modelSchema } from '../../src/config/schema.ts';
 import type { Provider, UpstreamModel } from '../../src/providers/types.ts';
 
 function fakeProvider(name: string, answer: () => Promise<UpstreamModel[]>): Provider & { calls: number } {
@@ -29,11 +30,13 @@ function setup(answer: () => Promise<UpstreamModel[]>) {
   let now = 1_000_000;
   const events: string[] = [];
   const provider = fakeProvider('up', answer);
-  const router = new ModelRouter([
-    { name: 'exact-one', provider: 'up' },
-    { name: 'gpt-*', provider: 'up' },
-    { name: 'gpt-4o-mini*', provider: 'other' },
-  ]);
+  const router = new ModelRouter(
+    [
+      { name: 'exact-one', provider: 'up' },
+      { name: 'gpt-*', provider: 'up' },
+      { name: 'gpt-4o-mini*', provider: 'other' },
+    ].map((m) => modelSchema.parse(m)),
+  );
   const other = fakeProvider('other', async () => [model('gpt-4o-mini')]);
   const catalog = new ModelCatalog(router, new Map<string, Provider>([['up', provider], ['other', other]]), {
     failed: (name, reason) => events.push(`failed ${name} ${reason}`),

@@ -3,10 +3,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ModelRouter } from '../../src/routing/router.ts';
-import type { ModelConfig } from '../../src/config/schema.ts';
+import { modelSchema, type ModelConfig } from '../../src/config/schema.ts';
 
 const m = (name: string, provider: string, upstream_model?: string): ModelConfig =>
-  upstream_model === undefined ? { name, provider } : { name, provider, upstream_model };
+  modelSchema.parse(upstream_model === undefined ? { name, provider } : { name, provider, upstream_model });
 
 test('an exact name beats a matching prefix and the catch-all', () => {
   const router = new ModelRouter([m('*', 'any'), m('gpt-*', 'prefix'), m('gpt-4o', 'exact')]);
@@ -16,7 +16,8 @@ test('an exact name beats a matching prefix and the catch-all', () => {
 
 test('a prefix beats the catch-all', () => {
   const router = new ModelRouter([m('*', 'any'), m('claude-*', 'anthropic')]);
-  assert.deepEqual(router.resolve('claude-3-haiku'), { entry: 'claude-*', provider: 'anthropic', upstreamModel: undefined });
+  const route = router.resolve('claude-3-haiku');
+  assert.deepEqual({ entry: route?.entry, provider: route?.provider, upstreamModel: route?.upstreamModel }, { entry: 'claude-*', provider: 'anthropic', upstreamModel: undefined });
 });
 
 test('the catch-all takes what nothing else matches', () => {
@@ -59,9 +60,13 @@ test('matching is case-sensitive', () => {
 
 test('upstream_model is carried on exact, prefix and catch-all routes', () => {
   const router = new ModelRouter([m('fast', 'openai', 'gpt-4o-mini'), m('smart-*', 'anthropic', 'claude-opus'), m('*', 'echo', 'echo-1')]);
-  assert.deepEqual(router.resolve('fast'), { entry: 'fast', provider: 'openai', upstreamModel: 'gpt-4o-mini' });
-  assert.deepEqual(router.resolve('smart-v2'), { entry: 'smart-*', provider: 'anthropic', upstreamModel: 'claude-opus' });
-  assert.deepEqual(router.resolve('other'), { entry: '*', provider: 'echo', upstreamModel: 'echo-1' });
+  const seen = (name: string) => {
+    const route = router.resolve(name);
+    return { entry: route?.entry, provider: route?.provider, upstreamModel: route?.upstreamModel };
+  };
+  assert.deepEqual(seen('fast'), { entry: 'fast', provider: 'openai', upstreamModel: 'gpt-4o-mini' });
+  assert.deepEqual(seen('smart-v2'), { entry: 'smart-*', provider: 'anthropic', upstreamModel: 'claude-opus' });
+  assert.deepEqual(seen('other'), { entry: '*', provider: 'echo', upstreamModel: 'echo-1' });
 });
 
 test('without upstream_model the route keeps the requested name (upstreamModel undefined)', () => {

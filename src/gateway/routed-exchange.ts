@@ -1,0 +1,641 @@
+// One proxied request on a route: attempts on its targets, retries and fallbacks, until one answer
+// is committed to the client. Nothing goes downstream before that: an error status is read whole
+// (it is small) and a stream is held until its first content event, so a target that refuses,
+// resets, answers 429/5xx, sends an error event or stalls before its first token is replaced
+// without the client seeing it. Once committed, the answer is relayed (translated when the target
+// speaks another API) and never switched: a later failure ends it with the explicit error event.
+import type { IncomingHttpHeaders } from 'node:http';
+import type { FailureClass } from '../config/schema.ts';
+import type { Clock, TimerHandle } from '../lifecycle/clock.ts';
+import type { DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../providers/types.ts';
+import type { Route, RouteTarget } from '../routing/router.ts';
+import type { CooldownSettings, TargetState, TargetStates } from '../routing/targets.ts';
+import type { RetryBudget } from '../routing/retry-budget.ts';
+import { backoffMs, countsAgainstTarget, listed, retryAfterMs, statusFailure, transportFailure } from '../routing/failures.ts';
+import type { RequestContext } from '../server/context.ts';
+import { errors, GatewayError } from '../api/errors.ts';
+import { TranslationError, type Json, type StreamTranslator } from '../translate/types.ts';
+import { translationFor, type Translation } from '../translate/registry.ts';
+import { FirstContentWatch } from './first-content.ts';
+import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
+
+/** An error answer is read up to this much (for its class and to return it); the rest is cut. */
+const MAX_ERROR_BODY = 64 * 1024;
+/** A stream held this long without content is committed anyway (never buffer without bound). */
+const MAX_HELD_BYTES = 1024 * 1024;
+
+export interface ExchangeEnvironment {
+  readonly clock: Clock;
+  readonly budget: RetryBudget;
+  /** One attempt's outcome ('success' or a failure class), by target. */
+  attempted(provider: string, model: string, outcome: string): void;
+  /** A further attempt: on the same target, or on the next. */
+  retried(route: string, kind: 'retry' | 'fallback'): void;
+  budgetExhausted(route: string): void;
+  /** A target's circuit opened (logged). */
+  cooldownStarted(provider: string, model: string, failure: string, ms: number): void;
+  /** Logs an unexpected error (a bug) with the request it happened in. */
+  reportBug(error: unknown, requestId: string): void;
+}
+
+/** What the client sees: the relay, as an undici handler that never sees attempts. */
+export type Downstream = Required<Pick<ResponseHandler, 'onRequestStart' | 'onResponseStart' | 'onResponseData' | 'onResponseEnd' | 'onResponseError'>>;
+
+export interface RoutedRequest {
+  readonly ctx: RequestContext;
+  readonly route: Route;
+  readonly providers: ReadonlyMap<string, Provider>;
+  readonly states: TargetStates;
+  readonly cooldown: CooldownSettings;
+  readonly endpoint: Endpoint;
+  /** The client's body, parsed, and its bytes. */
+  readonly json: Json;
+  readonly bytes: Buffer;
+  readonly headers: Record<string, string | string[]>;
+  readonly path: string;
+}
+
+/** A target made ready for one request: its provider, the request in its API, the translation back. */
+interface Prepared {
+  readonly target: RouteTarget;
+  readonly index: number;
+  readonly provider: Provider;
+  readonly state: TargetState;
+  /** The metrics label: the target's model, or the route entry when it keeps the client's name. */
+  readonly label: string;
+  readonly request: ProviderRequest;
+  readonly translation: Translation | undefined;
+  readonly dropped: readonly string[];
+}
+
+interface Failure {
+  readonly kind: FailureClass;
+  /** An HTTP answer: what is returned when this failure is the last. */
+  readonly status?: number;
+  readonly headers?: IncomingHttpHeaders;
+  readonly body?: Buffer;
+  /** A stream that failed with an error event: what it sent until then, returned as it is when last. */
+  readonly held?: Buffer[];
+  readonly error?: Error;
+  readonly retryAfterMs?: number;
+}
+
+export class RoutedExchange implements DispatchController {
+  readonly #req: RoutedRequest;
+  readonly #env: ExchangeEnvironment;
+  readonly #downstream: Downstream;
+  readonly #stream: boolean;
+  readonly #tried = new Set<number>();
+  readonly #retriesOn = new Map<number, number>();
+  readonly #prepared = new Map<number, Prepared | GatewayError>();
+  readonly #startedAt: number;
+  #attempts = 0;
+  #current: Attempt | undefined;
+  #committed: Attempt | undefined;
+  #aborted = false;
+  #finished = false;
+  #paused = false;
+  #waiting: TimerHandle | undefined;
+  #deadline: TimerHandle | undefined;
+  #inBudget = false;
+  /** The first reason a target could not take the request at all (no translation, a parameter it cannot express). */
+  #unfit: GatewayError | undefined;
+  #usage: UsageReader | undefined;
+  #translator: StreamTranslator | undefined;
+  #jsonChunks: Buffer[] | undefined;
+
+  constructor(request: RoutedRequest, env: ExchangeEnvironment, downstream: Downstream) {
+    this.#req = request;
+    this.#env = env;
+    this.#downstream = downstream;
+    this.#stream = request.json.stream === true;
+    this.#startedAt = env.clock.now();
+  }
+
+  // -- the controller the relay holds -------------------------------------------------------------
+
+  get aborted(): boolean {
+    return this.#aborted;
+  }
+
+  get paused(): boolean {
+    return this.#paused;
+  }
+
+  get reason(): Error | null {
+    return null;
+  }
+
+  pause(): void {
+    this.#paused = true;
+    this.#committed?.controller?.pause();
+  }
+
+  resume(): void {
+    this.#paused = false;
+    this.#committed?.controller?.resume();
+  }
+
+  /** The client left or the drain was forced: no further attempt, the one in progress is aborted. */
+  abort(reason: Error): void {
+    if (this.#aborted) return;
+    this.#aborted = true;
+    this.#waiting?.cancel();
+    (this.#committed ?? this.#current)?.abandon(reason);
+    this.#finish();
+  }
+
+  // -- attempts ----------------------------------------------------------------------------------
+
+  start(): void {
+    this.#env.budget.requestStarted();
+    this.#downstream.onRequestStart(this, {});
+    const total = this.#req.route.retry.total_timeout_ms;
+    if (total > 0) this.#deadline = this.#env.clock.after(total, () => this.#onDeadline());
+    this.#next(true);
+  }
+
+  get attempts(): number {
+    return this.#attempts;
+  }
+
+  /** Starts the next attempt on the best untried target; `first`: any target, cooling or not, rather than none. */
+  #next(first: boolean, last?: Failure): void {
+    const { route, states } = this.#req;
+    for (;;) {
+      const now = this.#env.clock.now();
+      const stateList = route.targets.map((t) => states.get(t.provider, t.model ?? route.entry));
+      const index = route.balancer.pick(this.#tried, stateList, now, this.#hashKey(), first);
+      if (index === undefined) return this.#fail(last);
+      const prepared = this.#prepare(index);
+      if (prepared instanceof GatewayError) {
+        this.#tried.add(index);
+        this.#unfit ??= prepared;
+        continue;
+      }
+      this.#launch(prepared);
+      return;
+    }
+  }
+
+  #launch(prepared: Prepared): void {
+    if (this.#aborted) return;
+    this.#tried.add(prepared.index);
+    this.#attempts++;
+    this.#req.ctx.provider = prepared.provider.name;
+    prepared.state.begin(this.#env.clock.now());
+    const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream);
+    this.#current = attempt;
+    try {
+      prepared.provider.dispatch(prepared.request, attempt);
+    } catch (error) {
+      attempt.onResponseError(undefined as never, error as Error);
+    }
+  }
+
+  #prepare(index: number): Prepared | GatewayError {
+    let prepared = this.#prepared.get(index);
+    if (prepared) return prepared;
+    const { route, providers, json, bytes, ctx, endpoint, headers, path } = this.#req;
+    const target = route.targets[index]!;
+    const provider = providers.get(target.provider)!;
+    const upstreamModel = target.model ?? (json.model as string);
+    const label = target.model ?? route.entry;
+    const state = this.#req.states.get(target.provider, label);
+    const targetHeaders = Object.keys(target.headers).length === 0 ? headers : { ...headers, ...target.headers };
+    const base = { requestId: ctx.id, headers: targetHeaders };
+    if (provider.supports(endpoint)) {
+      let body = bytes;
+      let parsed = json;
+      if (upstreamModel !== json.model) {
+        parsed = { ...json, model: upstreamModel };
+        try {
+          body = Buffer.from(JSON.stringify(parsed));
+        } catch {
+          return errors.tooDeep();
+        }
+      }
+      prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: [] };
+    } else {
+      const translation = translationFor(endpoint, provider.type, json);
+      if (!translation || !provider.supports(translation.translator.to)) {
+        prepared = errors.unsupportedEndpoint(json.model as string, provider.name, provider.type, path);
+      } else {
+        try {
+          const out = translation.translator.request(json, upstreamModel);
+          const body = Buffer.from(JSON.stringify(out.body));
+          prepared = { target, index, provider, state, label, request: { ...base, endpoint: translation.translator.to, body, json: out.body }, translation, dropped: out.dropped };
+        } catch (error) {
+          if (error instanceof TranslationError) prepared = errors.untranslatable(error.param, error.message, provider.name, provider.type);
+          else if (error instanceof RangeError) prepared = errors.tooDeep();
+          else throw error;
+        }
+      }
+    }
+    this.#prepared.set(index, prepared);
+    return prepared;
+  }
+
+  #hashKey(): string | undefined {
+    const on = this.#req.route.hashOn;
+    if (on === undefined) return undefined;
+    if (on.from === 'header') {
+      const value = this.#req.ctx.req.headers[on.path[0]!];
+      return Array.isArray(value) ? value.join(',') : value;
+    }
+    let value: unknown = this.#req.json;
+    for (const key of on.path) value = value !== null && typeof value === 'object' ? (value as Json)[key] : undefined;
+    return typeof value === 'string' || typeof value === 'number' ? String(value) : undefined;
+  }
+
+  // -- what attempts report ----------------------------------------------------------------------
+
+  /** An attempt failed before anything was committed. */
+  failed(attempt: Attempt, failure: Failure): void {
+    const { prepared } = attempt;
+    const now = this.#env.clock.now();
+    prepared.state.end();
+    this.#endBudget();
+    this.#env.attempted(prepared.provider.name, prepared.label, failure.kind);
+    if (countsAgainstTarget(failure.kind)) {
+      if (prepared.state.failed(failure.kind, now, this.#req.cooldown, failure.retryAfterMs)) {
+        this.#env.cooldownStarted(prepared.provider.name, prepared.label, failure.kind, prepared.state.openUntil - now);
+      }
+    } else prepared.state.succeeded(undefined); // it answered: it is up.
+    if (this.#current === attempt) this.#current = undefined;
+    if (this.#aborted) return;
+    const { retry, entry } = this.#req.route;
+    const elapsed = now - this.#startedAt;
+    const left = retry.total_timeout_ms > 0 ? retry.total_timeout_ms - elapsed : Infinity;
+    if (this.#attempts >= retry.max_attempts || left <= 0) return this.#fail(failure);
+    const retries = this.#retriesOn.get(prepared.index) ?? 0;
+    if (listed(retry.retry_on, failure.kind, failure.status) && retries < retry.max_retries_per_target) {
+      // A Retry-After longer than the backoff allows is not waited for: the next target is tried.
+      const wait = Math.max(backoffMs(retries, retry.backoff_base_ms, retry.backoff_max_ms), failure.retryAfterMs ?? 0);
+      if (wait < left && wait <= retry.backoff_max_ms && prepared.state.usable(now + wait)) {
+        if (!this.#takeBudget()) return this.#fail(failure);
+        this.#retriesOn.set(prepared.index, retries + 1);
+        this.#env.retried(entry, 'retry');
+        this.#waiting = this.#env.clock.after(wait, () => {
+          this.#waiting = undefined;
+          this.#launch(prepared);
+        });
+        return;
+      }
+    }
+    if (!listed(retry.fallback_on, failure.kind, failure.status)) return this.#fail(failure);
+    const states = this.#req.route.targets.map((t) => this.#req.states.get(t.provider, t.model ?? entry));
+    const peek = this.#req.route.balancer.pick(this.#tried, states, now, this.#hashKey(), false);
+    if (peek === undefined) return this.#fail(failure);
+    if (!this.#takeBudget()) return this.#fail(failure);
+    this.#env.retried(entry, 'fallback');
+    // `peek` advanced the round robin once; choosing again would skip a target, so it is used.
+    const prepared2 = this.#prepare(peek);
+    if (prepared2 instanceof GatewayError) {
+      this.#tried.add(peek);
+      this.#unfit ??= prepared2;
+      this.#endBudget();
+      return this.#next(false, failure);
+    }
+    this.#launch(prepared2);
+  }
+
+  #takeBudget(): boolean {
+    if (this.#env.budget.tryRetry()) {
+      this.#inBudget = true;
+      return true;
+    }
+    this.#env.budgetExhausted(this.#req.route.entry);
+    return false;
+  }
+
+  #endBudget(): void {
+    if (!this.#inBudget) return;
+    this.#inBudget = false;
+    this.#env.budget.retryFinished();
+  }
+
+  /** No further attempt: the last failure is what the client gets, in its own API's shape. */
+  #fail(last: Failure | undefined): void {
+    if (this.#aborted || this.#finished) return;
+    this.#deadline?.cancel();
+    const ctx = this.#req.ctx;
+    if (last === undefined) {
+      this.#finish();
+      const error = this.#unfit ?? errors.noTarget(this.#req.route.entry);
+      ctx.errorCode = error.code;
+      return this.#downstream.onResponseError(this, error);
+    }
+    const prepared = this.#lastPrepared;
+    if (last.held !== undefined && prepared) {
+      // A stream that failed with its own error event: the client gets it as the target sent it.
+      this.#begin(prepared, 200, last.headers ?? {});
+      for (const chunk of last.held) this.data(chunk);
+      return this.end();
+    }
+    if (last.status !== undefined && prepared) {
+      this.#finish();
+      const headers: IncomingHttpHeaders = { ...last.headers };
+      let body = last.body ?? Buffer.alloc(0);
+      if (prepared.translation) {
+        let parsed: unknown;
+        try {
+          parsed = JSON.parse(body.toString('utf8'));
+        } catch {
+          parsed = undefined;
+        }
+        body = Buffer.from(JSON.stringify(prepared.translation.translator.error(last.status, parsed)));
+        headers['content-type'] = 'application/json';
+      }
+      delete headers['content-length'];
+      delete headers['transfer-encoding'];
+      headers['content-length'] = String(body.length);
+      this.#downstream.onResponseStart(this, last.status, headers, '');
+      this.#downstream.onResponseData(this, body);
+      return this.#downstream.onResponseEnd(this, {});
+    }
+    this.#finish();
+    // A transport error is answered as it always was (its class and status, by undici's code).
+    if (last.error) return this.#downstream.onResponseError(this, last.error);
+    const provider = prepared?.provider.name ?? this.#req.route.entry;
+    const error =
+      last.kind === 'first_token_timeout'
+        ? errors.firstTokenTimeout(provider)
+        : last.kind === 'timeout'
+          ? errors.upstreamTimeout(provider)
+          : last.kind === 'connect'
+            ? errors.upstreamConnect(provider)
+            : last.kind === 'reset'
+              ? errors.upstreamReset(provider)
+              : errors.upstreamFailed(provider);
+    this.#downstream.onResponseError(this, error);
+  }
+
+  get #lastPrepared(): Prepared | undefined {
+    return this.#lastAttempt?.prepared;
+  }
+
+  #lastAttempt: Attempt | undefined;
+
+  noteAttempt(attempt: Attempt): void {
+    this.#lastAttempt = attempt;
+  }
+
+  #onDeadline(): void {
+    this.#deadline = undefined;
+    if (this.#committed || this.#aborted || this.#finished) return;
+    this.#waiting?.cancel();
+    const current = this.#current;
+    if (current) current.timeout('timeout');
+    else this.#fail({ kind: 'timeout' });
+  }
+
+  /** The attempt is the answer: from here on it is relayed, never replaced. */
+  commit(attempt: Attempt, status: number, headers: IncomingHttpHeaders, latencyMs: number): void {
+    const { prepared } = attempt;
+    this.#committed = attempt;
+    this.#current = undefined;
+    this.#deadline?.cancel();
+    this.#endBudget();
+    prepared.state.succeeded(latencyMs);
+    this.#env.attempted(prepared.provider.name, prepared.label, 'success');
+    this.#begin(prepared, status, headers);
+    if (this.#paused) attempt.controller?.pause();
+  }
+
+  #begin(prepared: Prepared, status: number, headers: IncomingHttpHeaders): void {
+    const out: IncomingHttpHeaders = { ...headers };
+    const contentType = headers['content-type'];
+    const sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream');
+    if (status < 300) this.#usage = sse ? new SseUsageReader() : new JsonUsageReader();
+    if (prepared.translation) {
+      delete out['content-length'];
+      delete out['content-encoding'];
+      if (sse) this.#translator = prepared.translation.stream();
+      else {
+        this.#jsonChunks = [];
+        out['content-type'] = 'application/json';
+      }
+    }
+    if (prepared.dropped.length > 0) out['sluice-dropped-params'] = prepared.dropped.join(', ');
+    this.#downstream.onResponseStart(this, status, out, '');
+  }
+
+  /** Upstream bytes of the committed answer. */
+  data(chunk: Buffer): void {
+    this.#usage?.push(chunk);
+    if (this.#jsonChunks) {
+      this.#jsonChunks.push(chunk);
+      return;
+    }
+    if (this.#translator) {
+      const text = this.#translator.push(chunk);
+      if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
+      return;
+    }
+    this.#downstream.onResponseData(this, chunk);
+  }
+
+  end(): void {
+    const prepared = (this.#committed ?? this.#lastAttempt)?.prepared;
+    if (this.#jsonChunks && prepared?.translation) {
+      const raw = Buffer.concat(this.#jsonChunks).toString('utf8');
+      this.#jsonChunks = undefined;
+      let out: Json;
+      try {
+        out = prepared.translation.translator.response(JSON.parse(raw) as Json);
+      } catch (error) {
+        this.#finish();
+        this.#env.reportBug(error, this.#req.ctx.id);
+        return this.#downstream.onResponseError(this, errors.untranslatableAnswer(prepared.provider.name));
+      }
+      this.#finish();
+      this.#downstream.onResponseData(this, Buffer.from(JSON.stringify(out)));
+      return this.#downstream.onResponseEnd(this, {});
+    }
+    if (this.#translator) {
+      const text = this.#translator.end();
+      if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
+    }
+    this.#finish();
+    this.#downstream.onResponseEnd(this, {});
+  }
+
+  /** The committed answer failed part way: the relay ends it (an error event for a stream). */
+  broke(error: Error): void {
+    this.#finish();
+    this.#downstream.onResponseError(this, error);
+  }
+
+  #finish(): void {
+    if (this.#finished) return;
+    this.#finished = true;
+    this.#deadline?.cancel();
+    this.#endBudget();
+    this.#env.budget.requestFinished();
+    const usage = this.#usage?.finish();
+    if (usage) this.#req.ctx.usage = usage;
+    this.#req.ctx.attempts = this.#attempts;
+  }
+}
+
+/** One attempt on one target: an undici handler that holds the answer until it can be committed. */
+class Attempt implements ResponseHandler {
+  readonly #exchange: RoutedExchange;
+  readonly prepared: Prepared;
+  readonly #clock: Clock;
+  readonly #startedAt: number;
+  controller: DispatchController | undefined;
+  #phase: 'headers' | 'error_body' | 'holding' | 'committed' | 'done' = 'headers';
+  #status = 0;
+  #headers: IncomingHttpHeaders = {};
+  #chunks: Buffer[] = [];
+  #bytes = 0;
+  #watch: FirstContentWatch | undefined;
+  #headersTimer: TimerHandle | undefined;
+  #firstTokenTimer: TimerHandle | undefined;
+
+  constructor(exchange: RoutedExchange, prepared: Prepared, clock: Clock, stream: boolean) {
+    this.#exchange = exchange;
+    this.prepared = prepared;
+    this.#clock = clock;
+    this.#startedAt = clock.now();
+    exchange.noteAttempt(this);
+    const { timeoutMs, firstTokenTimeoutMs } = prepared.target;
+    if (timeoutMs > 0) this.#headersTimer = clock.after(timeoutMs, () => this.timeout('timeout'));
+    if (stream && firstTokenTimeoutMs > 0) this.#firstTokenTimer = clock.after(firstTokenTimeoutMs, () => this.timeout('first_token_timeout'));
+  }
+
+  onRequestStart(controller: DispatchController): void {
+    this.controller = controller;
+    if (this.#phase === 'done') controller.abort(new Error('attempt abandoned'));
+  }
+
+  onResponseStart(_controller: DispatchController, status: number, headers: IncomingHttpHeaders): void {
+    if (this.#phase !== 'headers') return;
+    this.#headersTimer?.cancel();
+    this.#status = status;
+    this.#headers = headers;
+    if (status >= 400) {
+      this.#phase = 'error_body';
+      return;
+    }
+    const contentType = headers['content-type'];
+    if (typeof contentType === 'string' && contentType.startsWith('text/event-stream')) {
+      this.#phase = 'holding';
+      this.#watch = new FirstContentWatch();
+      return;
+    }
+    this.#commit();
+  }
+
+  onResponseData(_controller: DispatchController, chunk: Buffer): void {
+    switch (this.#phase) {
+      case 'committed':
+        return this.#exchange.data(chunk);
+      case 'error_body':
+        if (this.#bytes < MAX_ERROR_BODY) {
+          const room = MAX_ERROR_BODY - this.#bytes;
+          this.#chunks.push(chunk.length > room ? chunk.subarray(0, room) : chunk);
+          this.#bytes += Math.min(chunk.length, room);
+        }
+        return;
+      case 'holding': {
+        this.#chunks.push(chunk);
+        this.#bytes += chunk.length;
+        const seen = this.#watch!.push(chunk);
+        if (seen === 'content' || this.#bytes > MAX_HELD_BYTES) return this.#commit();
+        if (seen === 'error') {
+          const held = this.#chunks;
+          this.#stop();
+          this.#exchange.failed(this, { kind: 'stream_error', held, headers: this.#headers });
+        }
+        return;
+      }
+      default:
+    }
+  }
+
+  onResponseEnd(): void {
+    switch (this.#phase) {
+      case 'committed':
+        this.#phase = 'done';
+        this.prepared.state.end();
+        return this.#exchange.end();
+      case 'holding':
+        // A stream that ended without content (an empty answer) is an answer.
+        this.#commit();
+        this.#phase = 'done';
+        this.prepared.state.end();
+        return this.#exchange.end();
+      case 'error_body': {
+        this.#phase = 'done';
+        this.#clearTimers();
+        const body = Buffer.concat(this.#chunks);
+        const kind = statusFailure(this.#status, body.toString('utf8'));
+        const retryAfter = kind === 'rate_limited' || kind === 'server_error' ? retryAfterMs(this.#headers) : undefined;
+        return this.#exchange.failed(this, { kind, status: this.#status, headers: this.#headers, body, retryAfterMs: retryAfter });
+      }
+      default:
+    }
+  }
+
+  onResponseError(_controller: DispatchController, error: Error): void {
+    const phase = this.#phase;
+    if (phase === 'done') return;
+    this.#phase = 'done';
+    this.#clearTimers();
+    if (phase === 'committed') {
+      this.prepared.state.end();
+      this.prepared.state.failed(transportFailure(error), this.#clock.now(), { failures: 0, secs: 0, maxSecs: 0 }, undefined);
+      return this.#exchange.broke(error);
+    }
+    if (phase === 'error_body') {
+      // The error answer was cut: what was read of it is still the answer.
+      const body = Buffer.concat(this.#chunks);
+      return this.#exchange.failed(this, { kind: statusFailure(this.#status, body.toString('utf8')), status: this.#status, headers: this.#headers, body });
+    }
+    this.#exchange.failed(this, { kind: transportFailure(error), error });
+  }
+
+  /** A deadline passed before the answer could be committed: this attempt is given up. */
+  timeout(kind: 'timeout' | 'first_token_timeout'): void {
+    if (this.#phase === 'committed' || this.#phase === 'done') return;
+    this.#stop();
+    this.#exchange.failed(this, { kind });
+  }
+
+  /** The exchange was aborted (client gone, forced drain). */
+  abandon(reason: Error): void {
+    const phase = this.#phase;
+    if (phase === 'done') return;
+    this.#phase = 'done';
+    this.#clearTimers();
+    this.prepared.state.end();
+    if (phase !== 'committed') this.prepared.state.abandoned();
+    this.controller?.abort(reason);
+  }
+
+  #stop(): void {
+    this.#phase = 'done';
+    this.#clearTimers();
+    this.controller?.abort(new Error('attempt abandoned for another target'));
+  }
+
+  #commit(): void {
+    this.#phase = 'committed';
+    this.#clearTimers();
+    const held = this.#chunks;
+    this.#chunks = [];
+    this.#watch = undefined;
+    this.#exchange.commit(this, this.#status, this.#headers, this.#clock.now() - this.#startedAt);
+    for (const chunk of held) this.#exchange.data(chunk);
+  }
+
+  #clearTimers(): void {
+    this.#headersTimer?.cancel();
+    this.#firstTokenTimer?.cancel();
+  }
+}
+
+export type { Attempt };
