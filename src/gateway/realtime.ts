@@ -64,7 +64,7 @@ export class RealtimeRoute implements UpgradeRoute {
     }
     if (route.upstreamModel) query.set('model', route.upstreamModel);
     const target = provider.realtimeTarget(query);
-    const upstreamHeaders: Record<string, string> = { ...target.headers, 'x-request-id': ctx.id };
+    const upstreamHeaders: Record<string, string> = { ...target.headers, ...route.targets[0]!.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];
     if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;
     let upstream: WebSocket;

@@ -173,3 +173,30 @@ describe('docs/admin-api.md', () => {
     assert.deepEqual(await checks(group), [...listed].sort());
   });
 });
+
+describe('docs/routing.md, docs/translation.md and the README\'s routing sample', () => {
+  const LISTENERS = 'listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\n';
+  const PROVIDERS =
+    'providers:\n  - { name: openai, type: openai, api_key: x }\n  - { name: azure, type: openai, base_url: "https://example.openai.azure.com/openai/v1", api_key: x }\n  - { name: anthropic, type: anthropic, api_key: x }\n';
+  const env = { OPENAI_API_KEY: 'sk-a', AZURE_API_KEY: 'sk-b', ANTHROPIC_API_KEY: 'sk-c' };
+  const validate = async (text: string, expect: RegExp) => {
+    const result = await sluice(['validate', '--config', 'sluice.yaml'], configDir(text), env);
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout, expect);
+  };
+
+  test('the routed example of docs/routing.md validates', async () => {
+    const example = blocks(section(read('docs/routing.md'), '## Routes with targets'), 'yaml')[1]!;
+    await validate(LISTENERS + example, /^config OK \(sluice\.yaml\): 1 listeners, 3 providers, 1 models/);
+  });
+
+  test('the example of docs/translation.md validates', async () => {
+    const example = blocks(read('docs/translation.md'), 'yaml')[0]!;
+    await validate(LISTENERS + example, /^config OK \(sluice\.yaml\): 1 listeners, 2 providers, 2 models/);
+  });
+
+  test('the README\'s routing sample validates with the providers it names', async () => {
+    const sample = blocks(section(README, '## Routing and translation'), 'yaml')[0]!;
+    await validate(LISTENERS + PROVIDERS + sample, /^config OK \(sluice\.yaml\): 1 listeners, 3 providers, 1 models/);
+  });
+});
