@@ -32,9 +32,10 @@ export interface Routing {
 }
 
 export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
-  const router = new ModelRouter(config.models);
   const providers = createProviders(config, previous && { config: previous.config, providers: previous.routing.providers });
   const targets = previous ? previous.routing.targets.carry((name) => providers.get(name) !== undefined && providers.get(name) === previous.routing.providers.get(name)) : new TargetStates(systemClock);
+  const router = new ModelRouter(config.models, targets);
+  targets.settle();
   const r = config.routing;
   return {
     router,
@@ -192,7 +193,7 @@ export class Gateway {
     if (ctx.res.destroyed) return;
     const relay = new ResponseRelay(ctx, this.#env, ctx.dialect);
     const exchange = new RoutedExchange(
-      { ctx, route, providers: routing.providers, states: routing.targets, cooldown: routing.cooldown, endpoint: spec.endpoint, json: body, bytes: read.body, headers: upstreamHeaders(ctx.req.headers), path },
+      { ctx, route, providers: routing.providers, cooldown: routing.cooldown, endpoint: spec.endpoint, json: body, bytes: read.body, headers: upstreamHeaders(ctx.req.headers), path },
       this.#env,
       relay,
     );

@@ -9,7 +9,7 @@ import type { FailureClass } from '../config/schema.ts';
 import type { Clock, TimerHandle } from '../lifecycle/clock.ts';
 import type { DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../providers/types.ts';
 import type { Route, RouteTarget } from '../routing/router.ts';
-import type { CooldownSettings, TargetState, TargetStates } from '../routing/targets.ts';
+import type { CooldownSettings, TargetState } from '../routing/targets.ts';
 import type { RetryBudget } from '../routing/retry-budget.ts';
 import { backoffMs, countsAgainstTarget, listed, retryAfterMs, statusFailure, transportFailure } from '../routing/failures.ts';
 import type { RequestContext } from '../server/context.ts';
@@ -45,7 +45,6 @@ export interface RoutedRequest {
   readonly ctx: RequestContext;
   readonly route: Route;
   readonly providers: ReadonlyMap<string, Provider>;
-  readonly states: TargetStates;
   readonly cooldown: CooldownSettings;
   readonly endpoint: Endpoint;
   /** The client's body, parsed, and its bytes. */
@@ -161,11 +160,10 @@ export class RoutedExchange implements DispatchController {
 
   /** Starts the next attempt on the best untried target; `first`: any target, cooling or not, rather than none. */
   #next(first: boolean, last?: Failure): void {
-    const { route, states } = this.#req;
+    const { route } = this.#req;
     for (;;) {
       const now = this.#env.clock.now();
-      const stateList = route.targets.map((t) => states.get(t.provider, t.model ?? route.entry));
-      const index = route.balancer.pick(this.#tried, stateList, now, this.#hashKey(), first);
+      const index = route.balancer.pick(this.#tried, route.states, now, this.#hashKey(), first);
       if (index === undefined) return this.#fail(last);
       const prepared = this.#prepare(index);
       if (prepared instanceof GatewayError) {
@@ -201,7 +199,7 @@ export class RoutedExchange implements DispatchController {
     const provider = providers.get(target.provider)!;
     const upstreamModel = target.model ?? (json.model as string);
     const label = target.model ?? route.entry;
-    const state = this.#req.states.get(target.provider, label);
+    const state = route.states[index]!;
     const targetHeaders = Object.keys(target.headers).length === 0 ? headers : { ...headers, ...target.headers };
     const base = { requestId: ctx.id, headers: targetHeaders };
     if (provider.supports(endpoint)) {
@@ -284,8 +282,7 @@ export class RoutedExchange implements DispatchController {
       }
     }
     if (!listed(retry.fallback_on, failure.kind, failure.status)) return this.#fail(failure);
-    const states = this.#req.route.targets.map((t) => this.#req.states.get(t.provider, t.model ?? entry));
-    const peek = this.#req.route.balancer.pick(this.#tried, states, now, this.#hashKey(), false);
+    const peek = this.#req.route.balancer.pick(this.#tried, this.#req.route.states, now, this.#hashKey(), false);
     if (peek === undefined) return this.#fail(failure);
     if (!this.#takeBudget()) return this.#fail(failure);
     this.#env.retried(entry, 'fallback');
@@ -344,7 +341,12 @@ export class RoutedExchange implements DispatchController {
         } catch {
           parsed = undefined;
         }
-        body = Buffer.from(JSON.stringify(prepared.translation.translator.error(last.status, parsed)));
+        try {
+          body = Buffer.from(JSON.stringify(prepared.translation.translator.error(last.status, parsed)));
+        } catch (error) {
+          this.#env.reportBug(error, this.#req.ctx.id);
+          return this.#downstream.onResponseError(this, errors.untranslatableAnswer(prepared.provider.name));
+        }
         headers['content-type'] = 'application/json';
       }
       delete headers['content-length'];
@@ -429,11 +431,25 @@ export class RoutedExchange implements DispatchController {
       return;
     }
     if (this.#translator) {
-      const text = this.#translator.push(chunk);
+      let text: string;
+      try {
+        text = this.#translator.push(chunk);
+      } catch (error) {
+        return this.#untranslatable(error);
+      }
       if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
       return;
     }
     this.#downstream.onResponseData(this, chunk);
+  }
+
+  /** A translator failed on what the provider sent (a bug, or an answer no translator expects): the answer ends with an error. */
+  #untranslatable(error: unknown): void {
+    const attempt = this.#committed;
+    this.#translator = undefined;
+    this.#env.reportBug(error, this.#req.ctx.id);
+    attempt?.abandon(new Error('answer could not be translated'));
+    this.broke(errors.untranslatableAnswer(attempt?.prepared.provider.name ?? this.#req.route.entry));
   }
 
   end(): void {
@@ -454,7 +470,12 @@ export class RoutedExchange implements DispatchController {
       return this.#downstream.onResponseEnd(this, {});
     }
     if (this.#translator) {
-      const text = this.#translator.end();
+      let text: string;
+      try {
+        text = this.#translator.end();
+      } catch (error) {
+        return this.#untranslatable(error);
+      }
       if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
     }
     this.#finish();

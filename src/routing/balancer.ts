@@ -32,6 +32,7 @@ export class Balancer {
    * used as if all were well (better a likely failure than a certain one).
    */
   pick(tried: ReadonlySet<number>, states: readonly TargetState[], now: number, hashKey: string | undefined, panic: boolean): number | undefined {
+    if (this.#targets.length === 1) return !tried.has(0) && (panic || states[0]!.usable(now)) ? 0 : undefined;
     for (const tier of this.#tiers) {
       const usable: number[] = [];
       this.#targets.forEach((t, i) => {

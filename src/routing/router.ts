@@ -3,6 +3,8 @@
 // more targets and a Balancer that chooses among them.
 import { DEFAULT_ROUTE_RETRY, modelTargets, type ModelConfig, type RouteRetryConfig } from '../config/schema.ts';
 import { Balancer, type Strategy } from './balancer.ts';
+import { TargetStates, type TargetState } from './targets.ts';
+import { systemClock } from '../lifecycle/clock.ts';
 
 export interface RouteTarget {
   readonly provider: string;
@@ -28,13 +30,15 @@ export interface Route {
   readonly hashOn: { readonly from: 'header' | 'body'; readonly path: readonly string[] } | undefined;
   readonly retry: RouteRetryConfig;
   readonly balancer: Balancer;
+  /** Each target's state (shared with every route to the same provider and model), by index. */
+  readonly states: readonly TargetState[];
   /** The first target's provider (the model list of a pattern, realtime sessions). */
   readonly provider: string;
   /** The first target's upstream model. */
   readonly upstreamModel: string | undefined;
 }
 
-export function buildRoute(model: ModelConfig): Route {
+export function buildRoute(model: ModelConfig, states: TargetStates): Route {
   const retry = model.retry ?? DEFAULT_ROUTE_RETRY;
   const strategy = model.strategy ?? 'round_robin';
   const targets = modelTargets(model).map((t, index): RouteTarget => ({
@@ -61,6 +65,7 @@ export function buildRoute(model: ModelConfig): Route {
     hashOn,
     retry,
     balancer: new Balancer(targets, strategy),
+    states: targets.map((t) => states.get(t.provider, t.model ?? model.name)),
     provider: targets[0]!.provider,
     upstreamModel: targets[0]!.model,
   };
@@ -72,11 +77,12 @@ export class ModelRouter {
   readonly #catchAll: Route | undefined;
   readonly models: readonly ModelConfig[];
 
-  constructor(models: readonly ModelConfig[]) {
+  /** `states`: where the routes' targets keep their state (a reload passes the carried ones). */
+  constructor(models: readonly ModelConfig[], states: TargetStates = new TargetStates(systemClock)) {
     this.models = models;
     let catchAll: Route | undefined;
     for (const model of models) {
-      const route = buildRoute(model);
+      const route = buildRoute(model, states);
       if (model.name === '*') catchAll = route;
       else if (model.name.endsWith('*')) this.#prefixes.push({ prefix: model.name.slice(0, -1), route });
       else this.#exact.set(model.name, route);

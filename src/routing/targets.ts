@@ -122,24 +122,35 @@ export class TargetStates {
     this.clock = clock;
   }
 
+  /** A reload's predecessor: the states it may take over, and which providers it may take them for. */
+  #previous: { states: TargetStates; kept: (provider: string) => boolean } | undefined;
+
   get(provider: string, model: string): TargetState {
     const key = `${provider}\u0000${model}`;
     let state = this.#states.get(key);
     if (!state) {
-      state = new TargetState(provider, model);
+      const previous = this.#previous;
+      state = previous && previous.kept(provider) ? previous.states.#states.get(key) : undefined;
+      state ??= new TargetState(provider, model);
       this.#states.set(key, state);
     }
     return state;
   }
 
   /**
-   * The states a reloaded config keeps: those of providers `kept` says are unchanged. A changed
-   * provider (a new URL, a new key) starts afresh.
+   * The states of a reloaded config: a target whose provider `kept` says is unchanged keeps its
+   * state when the new config still routes to it (call `settle()` once every route is built); a
+   * changed provider (a new URL, a new key) starts afresh; a target no longer routed is forgotten.
    */
   carry(kept: (provider: string) => boolean): TargetStates {
     const next = new TargetStates(this.clock);
-    for (const [key, state] of this.#states) if (kept(state.provider)) next.#states.set(key, state);
+    next.#previous = { states: this, kept };
     return next;
+  }
+
+  /** The routes are built: nothing more is taken over from the predecessor (which can be collected). */
+  settle(): void {
+    this.#previous = undefined;
   }
 
   all(): IterableIterator<TargetState> {

@@ -361,10 +361,19 @@ function inputTokens(usage: unknown): InputTokens {
   return { input: count(u.input_tokens), cacheRead: count(u.cache_read_input_tokens), cacheCreation: count(u.cache_creation_input_tokens) };
 }
 
-/** Anthropic counts cached input apart from `input_tokens`; OpenAI's prompt_tokens includes it. */
+/**
+ * Anthropic counts cached input (read or written) apart from `input_tokens`; OpenAI's prompt_tokens
+ * includes both, and its details name them: cached_tokens (read) and cache_write_tokens (written).
+ * Without the second a client takes the tokens written to the cache for uncached input.
+ */
 function chatUsage(input: InputTokens, output: number): Json {
   const prompt = input.input + input.cacheRead + input.cacheCreation;
-  return { prompt_tokens: prompt, completion_tokens: output, total_tokens: prompt + output, prompt_tokens_details: { cached_tokens: input.cacheRead } };
+  return {
+    prompt_tokens: prompt,
+    completion_tokens: output,
+    total_tokens: prompt + output,
+    prompt_tokens_details: { cached_tokens: input.cacheRead, cache_write_tokens: input.cacheCreation },
+  };
 }
 
 function nowSeconds(): number {

@@ -275,9 +275,12 @@ function messageId(id: unknown): string {
   return `msg_${raw.startsWith('chatcmpl-') ? raw.slice('chatcmpl-'.length) : raw}`;
 }
 
-function stopReason(finish: unknown): string {
+function stopReason(finish: unknown, calledTools: boolean): string {
   // A finish reason with no Anthropic name (or none at all) ended the turn as far as the client can tell.
-  return (typeof finish === 'string' ? STOP_REASONS[finish] : undefined) ?? 'end_turn';
+  const reason = (typeof finish === 'string' ? STOP_REASONS[finish] : undefined) ?? 'end_turn';
+  // Some OpenAI-compatible servers finish a turn that called tools with `stop`. Anthropic never
+  // ends a turn with tool_use blocks as end_turn, and clients loop on `stop_reason === 'tool_use'`.
+  return reason === 'end_turn' && calledTools ? 'tool_use' : reason;
 }
 
 function count(value: unknown): number {
@@ -297,10 +300,14 @@ function anthropicUsage(usage: unknown): { input_tokens: number; cache_creation_
 }
 
 /** A tool call's arguments as the tool_use input. */
-function toolInput(args: unknown): unknown {
+function toolInput(args: unknown): Json {
+  // Some servers send the arguments already parsed.
+  if (isObject(args)) return args;
   if (typeof args !== 'string' || args.trim() === '') return {};
   try {
-    return JSON.parse(args);
+    const input: unknown = JSON.parse(args);
+    // A tool_use input is always an object; a bare JSON value (`[1]`, `"x"`) has no place there.
+    return isObject(input) ? input : {};
   } catch {
     // Models sometimes emit arguments that are not JSON (cut off at max_tokens, say). The block
     // must still carry an object, and the stop reason tells the client the turn was cut short.
@@ -308,12 +315,23 @@ function toolInput(args: unknown): unknown {
   }
 }
 
+/**
+ * Message or delta content as text: a string, or (from servers that answer in parts) the text of
+ * its text parts; anything else (reasoning parts, say) has no place in a text block.
+ */
+function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content.map((part) => (isObject(part) && part.type === 'text' && typeof part.text === 'string' ? part.text : '')).join('');
+}
+
 function chatResponseToMessage(body: Json): Json {
   const choices = Array.isArray(body.choices) ? body.choices : [];
   const choice: Json = choices.find((c): c is Json => isObject(c) && (c.index ?? 0) === 0) ?? {};
   const message = isObject(choice.message) ? choice.message : {};
   const content: Json[] = [];
-  if (typeof message.content === 'string' && message.content !== '') content.push({ type: 'text', text: message.content });
+  const text = contentText(message.content);
+  if (text !== '') content.push({ type: 'text', text });
   // A refusal is what the model said instead of an answer: the client reads it as text.
   if (typeof message.refusal === 'string' && message.refusal !== '') content.push({ type: 'text', text: message.refusal });
   for (const call of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
@@ -331,7 +349,7 @@ function chatResponseToMessage(body: Json): Json {
     role: 'assistant',
     model: typeof body.model === 'string' ? body.model : '',
     content,
-    stop_reason: stopReason(choice.finish_reason),
+    stop_reason: stopReason(choice.finish_reason, content.some((block) => block.type === 'tool_use')),
     stop_sequence: null,
     // The SDK's Message has it (null when there is nothing to say); its stream accumulator copies
     // it from message_delta, so both shapes carry it.
@@ -354,6 +372,8 @@ class ChatStreamToMessages implements StreamTranslator {
   #open: { index: number; tool: number | undefined } | undefined = undefined;
   /** Chat tool-call index → Anthropic block index. */
   readonly #tools = new Map<number, number>();
+  /** Tool-call id → chat tool-call index, for servers that repeat the id and leave out `index`. */
+  readonly #toolIds = new Map<string, number>();
   #finish: unknown = undefined;
   #finished = false;
   #usage: Json | undefined = undefined;
@@ -401,12 +421,16 @@ class ChatStreamToMessages implements StreamTranslator {
   #chunk(chunk: Json): string {
     let out = '';
     if (isObject(chunk.usage)) this.#usage = chunk.usage;
-    if (!this.#started) out += this.#start(chunk);
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    // Azure opens its streams with a chunk that has no choices, no id and no model (only its
+    // prompt filter results): the message starts with the first chunk that says something.
+    if (!this.#started && choices.length === 0 && !isObject(chunk.usage)) return '';
+    if (!this.#started) out += this.#start(chunk);
     const choice = choices.find((c): c is Json => isObject(c) && (c.index ?? 0) === 0);
     if (choice !== undefined && !this.#finished) {
       const delta = isObject(choice.delta) ? choice.delta : {};
-      if (typeof delta.content === 'string' && delta.content !== '') out += this.#text(delta.content);
+      const text = contentText(delta.content);
+      if (text !== '') out += this.#text(text);
       if (typeof delta.refusal === 'string' && delta.refusal !== '') out += this.#text(delta.refusal);
       if (Array.isArray(delta.tool_calls)) {
         for (const call of delta.tool_calls) if (isObject(call)) out += this.#toolCall(call);
@@ -455,9 +479,17 @@ class ChatStreamToMessages implements StreamTranslator {
 
   #toolCall(call: Json): string {
     let out = '';
-    // Servers that send each call whole in one chunk may leave out `index`; a new id is then a new call.
+    // Servers that send each call whole in one chunk may leave out `index`; a new id is then a new
+    // call, and an id already seen (some servers repeat it on every piece) is that call.
+    const known = typeof call.id === 'string' ? this.#toolIds.get(call.id) : undefined;
     const key =
-      typeof call.index === 'number' ? call.index : typeof call.id === 'string' || this.#open?.tool === undefined ? this.#tools.size : this.#open.tool;
+      typeof call.index === 'number'
+        ? call.index
+        : known !== undefined
+          ? known
+          : typeof call.id === 'string' || this.#open?.tool === undefined
+            ? this.#tools.size
+            : this.#open.tool;
     const fn = isObject(call.function) ? call.function : {};
     let index = this.#tools.get(key);
     if (index === undefined) {
@@ -466,6 +498,7 @@ class ChatStreamToMessages implements StreamTranslator {
       this.#tools.set(key, index);
       this.#open = { index, tool: key };
       const id = typeof call.id === 'string' && call.id !== '' ? call.id : `toolu_${this.#id.slice('msg_'.length)}_${key}`;
+      if (typeof call.id === 'string' && call.id !== '') this.#toolIds.set(call.id, key);
       const name = typeof fn.name === 'string' ? fn.name : '';
       out += this.#send('content_block_start', { type: 'content_block_start', index, content_block: { type: 'tool_use', id, name, input: {} } });
     }
@@ -496,7 +529,7 @@ class ChatStreamToMessages implements StreamTranslator {
     const usage = this.#usage === undefined ? { output_tokens: 0 } : anthropicUsage(this.#usage);
     out += this.#send('message_delta', {
       type: 'message_delta',
-      delta: { stop_reason: stopReason(this.#finish), stop_sequence: null, stop_details: null },
+      delta: { stop_reason: stopReason(this.#finish, this.#tools.size > 0), stop_sequence: null, stop_details: null },
       usage,
     });
     return out + this.#send('message_stop', { type: 'message_stop' });
