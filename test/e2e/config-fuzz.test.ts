@@ -79,6 +79,44 @@ const body = fc.oneof(
   fc.constant('{"a":'.repeat(200)),
 );
 
+/** Routed models: targets, strategies and retry settings, valid and not. */
+const routedModel = fc
+    .record(
+      {
+        targets: fc.oneof(
+          fc.array(
+            fc.record(
+              {
+                provider: fc.constantFrom('echo', 'none', ''),
+                model: fc.oneof(fc.string(), fc.integer()),
+                weight: fc.oneof(fc.integer({ min: -2, max: 2000 }), fc.string()),
+                priority: fc.integer({ min: -1, max: 200 }),
+                timeout_ms: fc.oneof(fc.nat(), fc.double()),
+                headers: fc.dictionary(fc.string({ maxLength: 8 }), fc.oneof(fc.string(), fc.integer())),
+              },
+              { requiredKeys: ['provider'] },
+            ),
+            { maxLength: 4 },
+          ),
+          fc.jsonValue({ maxDepth: 2 }),
+        ),
+        provider: fc.constantFrom('echo', undefined),
+        strategy: fc.constantFrom('round_robin', 'least_in_flight', 'lowest_latency', 'consistent_hash', 'random', 7),
+        hash_on: fc.oneof(fc.constantFrom('header:x-session', 'body:user', 'body:metadata.user_id', 'cookie:x'), fc.string()),
+        retry: fc.record(
+          {
+            max_attempts: fc.integer({ min: -1, max: 20 }),
+            retry_on: fc.array(fc.oneof(fc.constantFrom('connect', 'reset', 'rate_limited', 'nope'), fc.integer({ min: 100, max: 700 })), { maxLength: 3 }),
+            fallback_on: fc.oneof(fc.array(fc.constantFrom('server_error', 'context_length', 429)), fc.string()),
+            first_token_timeout_ms: fc.oneof(fc.nat(), fc.constant(-5)),
+          },
+          { requiredKeys: [] },
+        ),
+      },
+      { requiredKeys: ['targets'] },
+    )
+    .map((v) => JSON.stringify(v));
+
 describe('fuzz: the configuration paths', { skip }, () => {
   test('random requests on the resource routes: a 4xx (or 2xx) in the API shape, never a 500; the gateway serves on', async () => {
     console.log(`config fuzz: seed ${SEED}, ${RUNS} runs per property`);
@@ -118,6 +156,23 @@ describe('fuzz: the configuration paths', { skip }, () => {
     // resources "base", "echo" and "load" that the checks below use are never named.)
     for (const status of [200, 400, 401, 404]) assert.ok(statuses.has(status), `some answers were ${status}: ${JSON.stringify(Object.fromEntries(statuses))}`);
     assert.ok(statuses.has(201), `some writes reached etcd: ${JSON.stringify(Object.fromEntries(statuses))}`);
+    assert.ok(!gw.logs.some((l) => l.event === 'handler_error'), 'no handler failed');
+    await settled();
+  });
+
+  test('random routed models (targets, strategies, retries) written through the API: 2xx or a 400 naming the field, never a 500', async () => {
+    const statuses = new Map<number, number>();
+    await fc.assert(
+      fc.asyncProperty(fc.constantFrom('fz-r1', 'fz-r2', 'fz-r3'), fc.oneof(routedModel, fc.constant('{"targets":[{"provider":"echo","model":"a","weight":2},{"provider":"echo","priority":1}],"strategy":"least_in_flight"}')), async (name, payload) => {
+        const res = await send('PUT', `/config/models/${name}`, { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` }, payload);
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        assert.ok(res.status === 200 || res.status === 201 || res.status === 400 || res.status === 409, `PUT /config/models/${name} answered ${res.status}: ${res.body.slice(0, 200)}`);
+        if (res.status === 400) assert.ok((JSON.parse(res.body) as { error: { message: string } }).error.message, res.body);
+      }),
+      { seed: SEED, numRuns: Math.max(20, Math.floor(RUNS / 2)), verbose: 1 },
+    );
+    console.log(`config fuzz, routed models: answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+    assert.ok(statuses.has(400) && (statuses.has(200) || statuses.has(201)), `both valid and invalid models were written: ${JSON.stringify(Object.fromEntries(statuses))}`);
     assert.ok(!gw.logs.some((l) => l.event === 'handler_error'), 'no handler failed');
     await settled();
   });
