@@ -31,6 +31,8 @@ export class GatewayError extends Error {
   readonly code: string;
   /** Extra response headers (e.g. `allow` on a 405). */
   readonly headers: Readonly<Record<string, string>> | undefined;
+  /** The request parameter at fault, when one is (OpenAI's `error.param`). */
+  param: string | undefined = undefined;
   constructor(status: number, type: ErrorType, code: string, message: string, headers?: Record<string, string>) {
     super(message);
     this.status = status;
@@ -41,6 +43,7 @@ export class GatewayError extends Error {
 
   body(dialect: ErrorDialect = 'openai'): string {
     if (dialect === 'anthropic') return JSON.stringify({ type: 'error', error: { type: ANTHROPIC_TYPES[this.type], message: this.message } });
+    if (this.param !== undefined) return JSON.stringify({ error: { message: this.message, type: this.type, code: this.code, param: this.param } });
     return JSON.stringify({ error: { message: this.message, type: this.type, code: this.code } });
   }
 }
@@ -70,7 +73,7 @@ export const errors = {
     new GatewayError(504, 'timeout_error', 'upstream_first_token_timeout', `provider "${provider}" sent no content before the route's first_token_timeout_ms`),
   noTarget: (route: string) => new GatewayError(503, 'upstream_error', 'no_target_available', `route "${route}" has no target left to try`),
   untranslatable: (param: string, detail: string, provider: string, type: string) =>
-    new GatewayError(400, 'invalid_request_error', 'unsupported_parameter', `${detail} (the request was routed to provider "${provider}" of type ${type}; parameter "${param}")`),
+    Object.assign(new GatewayError(400, 'invalid_request_error', 'unsupported_parameter', `${detail} (the request was routed to provider "${provider}" of type ${type}; parameter "${param}")`), { param }),
   untranslatableAnswer: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_invalid_answer', `provider "${provider}" answered with a body that could not be read`),
   configNotLoaded: (why: string) => new GatewayError(503, 'server_error', 'config_not_loaded', `this gateway has no configuration yet: ${why}`),
   internal: () => new GatewayError(500, 'server_error', 'internal_error', 'internal gateway error'),

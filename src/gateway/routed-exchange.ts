@@ -21,6 +21,8 @@ import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
 /** An error answer is read up to this much (for its class and to return it); the rest is cut. */
 const MAX_ERROR_BODY = 64 * 1024;
+/** A JSON answer larger than this is not translated (a 502): it is read whole to be rewritten. */
+const MAX_TRANSLATED_JSON = 32 * 1024 * 1024;
 /** A stream held this long without content is committed anyway (never buffer without bound). */
 const MAX_HELD_BYTES = 1024 * 1024;
 
@@ -102,6 +104,9 @@ export class RoutedExchange implements DispatchController {
   #usage: UsageReader | undefined;
   #translator: StreamTranslator | undefined;
   #jsonChunks: Buffer[] | undefined;
+  #jsonBytes = 0;
+  /** A translated JSON answer's status and headers, sent with its translated body. */
+  #heldStart: { status: number; headers: IncomingHttpHeaders } | undefined;
 
   constructor(request: RoutedRequest, env: ExchangeEnvironment, downstream: Downstream) {
     this.#req = request;
@@ -415,8 +420,14 @@ export class RoutedExchange implements DispatchController {
       delete out['content-encoding'];
       if (sse) this.#translator = prepared.translation.stream();
       else {
+        // A JSON answer is translated whole: its status goes out with the translated body, so
+        // that an answer that cannot be read is still a clean 502.
         this.#jsonChunks = [];
+        this.#jsonBytes = 0;
         out['content-type'] = 'application/json';
+        if (prepared.dropped.length > 0) out['sluice-dropped-params'] = prepared.dropped.join(', ');
+        this.#heldStart = { status, headers: out };
+        return;
       }
     }
     if (prepared.dropped.length > 0) out['sluice-dropped-params'] = prepared.dropped.join(', ');
@@ -428,6 +439,13 @@ export class RoutedExchange implements DispatchController {
     this.#usage?.push(chunk);
     if (this.#jsonChunks) {
       this.#jsonChunks.push(chunk);
+      this.#jsonBytes += chunk.length;
+      if (this.#jsonBytes > MAX_TRANSLATED_JSON) {
+        const attempt = this.#committed;
+        this.#jsonChunks = undefined;
+        attempt?.abandon(new Error('answer too large to translate'));
+        this.broke(errors.untranslatableAnswer(attempt?.prepared.provider.name ?? this.#req.route.entry));
+      }
       return;
     }
     if (this.#translator) {
@@ -457,16 +475,27 @@ export class RoutedExchange implements DispatchController {
     if (this.#jsonChunks && prepared?.translation) {
       const raw = Buffer.concat(this.#jsonChunks).toString('utf8');
       this.#jsonChunks = undefined;
-      let out: Json;
+      const start = this.#heldStart!;
+      this.#heldStart = undefined;
+      let parsed: unknown;
       try {
-        out = prepared.translation.translator.response(JSON.parse(raw) as Json);
-      } catch (error) {
-        this.#finish();
-        this.#env.reportBug(error, this.#req.ctx.id);
-        return this.#downstream.onResponseError(this, errors.untranslatableAnswer(prepared.provider.name));
+        parsed = JSON.parse(raw);
+      } catch {
+        parsed = undefined;
+      }
+      let body: Buffer | undefined;
+      if (parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed)) {
+        try {
+          body = Buffer.from(JSON.stringify(prepared.translation.translator.response(parsed as Json)));
+        } catch (error) {
+          this.#env.reportBug(error, this.#req.ctx.id);
+        }
       }
       this.#finish();
-      this.#downstream.onResponseData(this, Buffer.from(JSON.stringify(out)));
+      // Not JSON, or not an answer the translator can read: the provider's fault, a 502.
+      if (body === undefined) return this.#downstream.onResponseError(this, errors.untranslatableAnswer(prepared.provider.name));
+      this.#downstream.onResponseStart(this, start.status, { ...start.headers, 'content-length': String(body.length) }, '');
+      this.#downstream.onResponseData(this, body);
       return this.#downstream.onResponseEnd(this, {});
     }
     if (this.#translator) {

@@ -20,7 +20,10 @@ export interface UsageReader {
 export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | undefined {
   if (usage === null || typeof usage !== 'object') return into;
   const u = usage as Json;
-  const prompt = num(u.prompt_tokens) ?? num(u.input_tokens);
+  // Anthropic counts cache reads and writes apart from input_tokens; they are prompt tokens too.
+  const input = num(u.input_tokens);
+  const cached = input === undefined ? 0 : (num(u.cache_read_input_tokens) ?? 0) + (num(u.cache_creation_input_tokens) ?? 0);
+  const prompt = num(u.prompt_tokens) ?? (input === undefined ? undefined : input + cached);
   const completion = num(u.completion_tokens) ?? num(u.output_tokens);
   if (prompt === undefined && completion === undefined) return into;
   const out = into ?? { prompt: 0, completion: 0 };

@@ -312,13 +312,18 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
     dropped.add('stream_options.include_obfuscation');
   }
 
-  const hasTools = given(body.tools);
-  if (hasTools) out.tools = translateTools(body.tools, dropped);
+  const tools = given(body.tools) ? translateTools(body.tools, dropped) : [];
+  if (tools.length > 0) out.tools = tools;
   let toolChoice = given(body.tool_choice) ? translateToolChoice(body.tool_choice) : undefined;
-  if (body.parallel_tool_calls === false && toolChoice?.type !== 'none') {
-    // Anthropic refuses tool_choice without tools; without tools there is nothing to run in parallel.
-    if (toolChoice !== undefined) toolChoice = { ...toolChoice, disable_parallel_tool_use: true };
-    else if (hasTools) toolChoice = { type: 'auto', disable_parallel_tool_use: true };
+  if (tools.length === 0 && toolChoice !== undefined) {
+    // Anthropic refuses tool_choice without tools (an empty list included). 'auto' and 'none' then
+    // mean what no tools mean; requiring a call that cannot be made is refused, as OpenAI does.
+    if (toolChoice.type !== 'auto' && toolChoice.type !== 'none') throw new TranslationError('tool_choice', 'tool_choice requires a call but no tools were given');
+    toolChoice = undefined;
+  }
+  // Without tools there is nothing to run in parallel.
+  if (body.parallel_tool_calls === false && tools.length > 0 && toolChoice?.type !== 'none') {
+    toolChoice = { ...(toolChoice ?? { type: 'auto' }), disable_parallel_tool_use: true };
   }
   if (toolChoice !== undefined) out.tool_choice = toolChoice;
 
@@ -421,6 +426,9 @@ class ChatStream implements StreamTranslator {
   #output = 0;
   /** After an upstream `error` event the caller's stream is over: nothing more, not even [DONE]. */
   #failed = false;
+  /** message_start was seen: from then on only message_stop completes the answer. */
+  #started = false;
+  #stopped = false;
 
   constructor(includeUsage: boolean) {
     this.#includeUsage = includeUsage;
@@ -436,7 +444,15 @@ class ChatStream implements StreamTranslator {
     const tail = this.#decoder.end();
     let rest = tail === '' ? '' : this.#translate(this.#parser.push(tail));
     if (!this.#failed) rest += this.#translate(this.#parser.finish());
-    return this.#failed ? rest : rest + formatSse('[DONE]');
+    if (this.#failed) return rest;
+    // An answer that began and ended before message_stop was cut (a tool call's arguments may be
+    // half their JSON): said outright, never a [DONE] that would make the half answer look whole.
+    if (this.#started && !this.#stopped) {
+      this.#failed = true;
+      const error = { message: 'the provider ended the stream before the response was complete', type: 'server_error', code: 'server_error', param: null };
+      return rest + formatSse(JSON.stringify({ error }));
+    }
+    return rest + formatSse('[DONE]');
   }
 
   #translate(events: ReturnType<SseParser['push']>): string {
@@ -471,6 +487,7 @@ class ChatStream implements StreamTranslator {
   #event(type: string | undefined, data: Json): string {
     switch (type) {
       case 'message_start': {
+        this.#started = true;
         const message = isObject(data.message) ? data.message : {};
         if (typeof message.id === 'string') this.#id = message.id;
         if (typeof message.model === 'string') this.#model = message.model;
@@ -507,6 +524,7 @@ class ChatStream implements StreamTranslator {
         return this.#chunk({}, finishReason(delta.stop_reason));
       }
       case 'message_stop': {
+        this.#stopped = true;
         if (!this.#includeUsage) return '';
         const chunk = { id: this.#id, object: 'chat.completion.chunk', created: this.#created, model: this.#model, choices: [], usage: chatUsage(this.#input, this.#output) };
         return formatSse(JSON.stringify(chunk));

@@ -270,8 +270,19 @@ test('request: tool_choice and parallel_tool_calls', () => {
   });
   assert.deepEqual(choice({ parallel_tool_calls: false, tool_choice: 'none' }), { type: 'none' });
   assert.equal(choice({ parallel_tool_calls: true }), undefined);
-  // Without tools nothing can run in parallel, and Anthropic refuses a tool_choice without tools.
+  // Without tools nothing can run in parallel, and Anthropic refuses a tool_choice without tools:
+  // 'auto' and 'none' are left out (an empty tool list too), a required call is refused.
   assert.equal(translate({ model: 'm', messages: hello, parallel_tool_calls: false }).body.tool_choice, undefined);
+  for (const tool_choice of ['auto', 'none'] as const) {
+    for (const extra of [{}, { tools: [] }]) {
+      const out = translate({ model: 'm', messages: hello, tool_choice, parallel_tool_calls: false, ...extra });
+      assert.equal(out.body.tool_choice, undefined, `${tool_choice} ${JSON.stringify(extra)}`);
+      assert.equal(out.body.tools, undefined);
+      assert.deepEqual(out.dropped, []);
+    }
+  }
+  refuses({ model: 'm', messages: hello, tool_choice: 'required' }, 'tool_choice', /no tools were given/);
+  refuses({ model: 'm', messages: hello, tools: [], tool_choice: { type: 'function', function: { name: 'f' } } }, 'tool_choice', /no tools were given/);
   refuses({ model: 'm', messages: hello, tools, tool_choice: { type: 'allowed_tools', allowed_tools: { mode: 'auto', tools: [] } } }, 'tool_choice');
 });
 
@@ -445,7 +456,7 @@ test('response: text, tool calls, finish reason and usage; thinking left out', (
         finish_reason: 'tool_calls',
       },
     ],
-    usage: { prompt_tokens: 135, completion_tokens: 20, total_tokens: 155, prompt_tokens_details: { cached_tokens: 30 } },
+    usage: { prompt_tokens: 135, completion_tokens: 20, total_tokens: 155, prompt_tokens_details: { cached_tokens: 30, cache_write_tokens: 5 } },
   } satisfies OpenAI.ChatCompletion);
 });
 
@@ -453,7 +464,7 @@ test('response: content is null without text; no tool_calls key without tool use
   const out = chatToMessages.response({ ...anthropicMessage, content: [], stop_reason: 'end_turn', usage: { input_tokens: 3, output_tokens: 0 } });
   const choice = (out.choices as Json[])[0]!;
   assert.deepEqual(choice.message, { role: 'assistant', content: null, refusal: null });
-  assert.deepEqual(out.usage, { prompt_tokens: 3, completion_tokens: 0, total_tokens: 3, prompt_tokens_details: { cached_tokens: 0 } });
+  assert.deepEqual(out.usage, { prompt_tokens: 3, completion_tokens: 0, total_tokens: 3, prompt_tokens_details: { cached_tokens: 0, cache_write_tokens: 0 } });
 });
 
 test('response: stop reasons', () => {
@@ -486,6 +497,7 @@ test('response: the openai SDK reads the translated completion', async () => {
   assert.ok(call?.type === 'function');
   assert.deepEqual(JSON.parse(call.function.arguments), { city: 'Paris' });
   assert.equal(completion.usage?.prompt_tokens_details?.cached_tokens, 30);
+  assert.equal(completion.usage?.prompt_tokens_details?.cache_write_tokens, 5);
 });
 
 // ---- error ----------------------------------------------------------------------------------
@@ -636,7 +648,7 @@ test('stream: with include_usage, every chunk has usage null and a usage chunk f
       created: 0,
       model: 'claude-sonnet-4-5',
       choices: [],
-      usage: { prompt_tokens: 18, completion_tokens: 42, total_tokens: 60, prompt_tokens_details: { cached_tokens: 4 } },
+      usage: { prompt_tokens: 18, completion_tokens: 42, total_tokens: 60, prompt_tokens_details: { cached_tokens: 4, cache_write_tokens: 2 } },
     } satisfies OpenAI.ChatCompletionChunk,
     '[DONE]',
   ]);
@@ -658,7 +670,7 @@ test('stream: message_delta input counts, when present, are the final ones', () 
   ];
   const out = chunks(run(chatStreamTranslator(true), [Buffer.from(upstream.join(''))]));
   assert.equal(((out.at(-3) as Json).choices as Json[])[0]!.finish_reason, 'length');
-  assert.deepEqual((out.at(-2) as Json).usage, { prompt_tokens: 26, completion_tokens: 5, total_tokens: 31, prompt_tokens_details: { cached_tokens: 4 } });
+  assert.deepEqual((out.at(-2) as Json).usage, { prompt_tokens: 26, completion_tokens: 5, total_tokens: 31, prompt_tokens_details: { cached_tokens: 4, cache_write_tokens: 2 } });
 });
 
 test('stream: an error event becomes an OpenAI error event, and then nothing more', () => {
@@ -689,6 +701,28 @@ test('stream: an error event split byte by byte, and one left unterminated at th
 
 test('stream: a stream that ends without events still ends with [DONE]', () => {
   assert.equal(chatToMessages.stream().end(), 'data: [DONE]\n\n');
+});
+
+test('stream: an answer cut before message_stop ends with an error event, never [DONE]', async () => {
+  const cut = UPSTREAM.slice(0, UPSTREAM.indexOf(sse('content_block_stop', { index: 2 })));
+  for (const pieces of [[Buffer.from(cut.join(''))], bytes(cut.join(''))]) {
+    const out = chunks(run(chatStreamTranslator(true), pieces));
+    assert.ok(!out.includes('[DONE]'));
+    assert.deepEqual(out.at(-1), { error: { message: 'the provider ended the stream before the response was complete', type: 'server_error', code: 'server_error', param: null } });
+  }
+  // Cut right after message_delta: the finish reason came, message_stop (and the usage chunk) did not.
+  const late = chunks(run(chatStreamTranslator(true), [Buffer.from(UPSTREAM.slice(0, -1).join(''))]));
+  assert.equal((late.at(-1) as { error: Json }).error.code, 'server_error');
+  // The openai SDK raises it rather than returning the half answer.
+  const text = run(chatToMessages.stream(), [Buffer.from(cut.join(''))]);
+  const client = clientAnswering(() => new Response(text, { headers: { 'content-type': 'text/event-stream' } }));
+  const stream = await client.chat.completions.create({ model: 'gpt-4o', messages: hello, stream: true });
+  await assert.rejects(
+    (async () => {
+      for await (const _ of stream);
+    })(),
+    (e: unknown) => e instanceof OpenAI.APIError && /ended the stream before the response was complete/.test(e.message),
+  );
 });
 
 test('stream: the openai SDK accumulates the translated stream into the same message', async () => {
