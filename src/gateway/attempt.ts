@@ -1,7 +1,7 @@
 // One attempt on one target of a route: an undici handler that holds the answer until it can be
 // committed. An error status is read whole (up to MAX_ERROR_BODY) to classify it; a stream is held
-// until its first content event (FirstContentWatch); a JSON answer below 400 is committed at its
-// status line. What it learns goes to its owner (the RoutedExchange): failed, or committed and then
+// until its first content event (FirstContentWatch) when a failure could still lead to another
+// attempt, else committed at its status line like a JSON answer below 400. What it learns goes to its owner (the RoutedExchange): failed, or committed and then
 // relayed byte by byte.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { FailureClass } from '../config/schema.ts';
@@ -74,8 +74,12 @@ export class Attempt implements ResponseHandler {
   #headersTimer: TimerHandle | undefined;
   #firstTokenTimer: TimerHandle | undefined;
 
-  constructor(exchange: AttemptOwner, prepared: Prepared, clock: Clock, stream: boolean) {
+  /** Whether a stream is held until its first content (only when a failure could still lead to another attempt). */
+  readonly #hold: boolean;
+
+  constructor(exchange: AttemptOwner, prepared: Prepared, clock: Clock, stream: boolean, hold: boolean) {
     this.#exchange = exchange;
+    this.#hold = hold;
     this.prepared = prepared;
     this.#clock = clock;
     this.#startedAt = clock.now();
@@ -100,7 +104,7 @@ export class Attempt implements ResponseHandler {
       return;
     }
     const contentType = headers['content-type'];
-    if (typeof contentType === 'string' && contentType.startsWith('text/event-stream')) {
+    if (this.#hold && typeof contentType === 'string' && contentType.startsWith('text/event-stream')) {
       this.#phase = 'holding';
       this.#watch = new FirstContentWatch();
       return;

@@ -18,6 +18,8 @@ import { translationFor } from '../translate/registry.ts';
 import { Attempt, type AttemptOwner, type Failure, type Prepared } from './attempt.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
+/** The failures a stream can have after its headers and before its first content. */
+const AFTER_HEADERS = ['reset', 'timeout', 'first_token_timeout', 'stream_error'] as const;
 /** A JSON answer larger than this is not translated (a 502): it is read whole to be rewritten. */
 const MAX_TRANSLATED_JSON = 32 * 1024 * 1024;
 
@@ -157,13 +159,27 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     this.#attempts++;
     this.#req.ctx.provider = prepared.provider.name;
     prepared.state.begin(this.#env.clock.now());
-    const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream);
+    const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream, this.#stream && this.#mayTryAgain(prepared.index));
     this.#current = attempt;
     try {
       prepared.provider.dispatch(prepared.request, attempt);
     } catch (error) {
       attempt.onResponseError(undefined as never, error as Error);
     }
+  }
+
+  /**
+   * Whether a stream's failure after its headers and before its first content (a reset, an error
+   * event, a stall) could still lead to another attempt: only then is it held until its first
+   * content. Otherwise holding would gain nothing and delay the client's response headers (a
+   * reasoning model may think for minutes before its first token).
+   */
+  #mayTryAgain(index: number): boolean {
+    const { retry, targets } = this.#req.route;
+    if (this.#attempts >= retry.max_attempts) return false;
+    const afterHeaders = (list: readonly (string | number)[]) => AFTER_HEADERS.some((kind) => list.includes(kind));
+    if (afterHeaders(retry.retry_on) && (this.#retriesOn.get(index) ?? 0) < retry.max_retries_per_target) return true;
+    return afterHeaders(retry.fallback_on) && this.#tried.size < targets.length;
   }
 
   #prepare(index: number): Prepared | GatewayError {
@@ -197,7 +213,19 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
         try {
           const out = translation.translator.request(json, upstreamModel);
           const body = Buffer.from(JSON.stringify(out.body));
-          prepared = { target, index, provider, state, label, request: { ...base, endpoint: translation.translator.to, body, json: out.body }, translation, dropped: out.dropped };
+          // The client's own API headers (anthropic-version, anthropic-beta; openai-beta) mean nothing to the other API.
+          const foreign = provider.type === 'anthropic' ? 'openai-' : 'anthropic-';
+          const translatedHeaders = Object.fromEntries(Object.entries(base.headers).filter(([name]) => !name.startsWith(foreign)));
+          prepared = {
+            target,
+            index,
+            provider,
+            state,
+            label,
+            request: { requestId: base.requestId, headers: translatedHeaders, endpoint: translation.translator.to, body, json: out.body },
+            translation,
+            dropped: out.dropped,
+          };
         } catch (error) {
           if (error instanceof TranslationError) prepared = errors.untranslatable(error.param, error.message, provider.name, provider.type);
           else if (error instanceof RangeError) prepared = errors.tooDeep();
@@ -327,6 +355,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
       delete headers['content-length'];
       delete headers['transfer-encoding'];
       headers['content-length'] = String(body.length);
+      if (prepared.dropped.length > 0) headers['sluice-dropped-params'] = prepared.dropped.join(', ');
       this.#downstream.onResponseStart(this, last.status, headers, '');
       this.#downstream.onResponseData(this, body);
       return this.#downstream.onResponseEnd(this, {});

@@ -8,6 +8,16 @@ import { TranslationError, type Json, type StreamTranslator, type TranslatedRequ
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toAnthropicError } from './errors.ts';
 
+/** A client's value in an error message: never throws, whatever the value (an object whose toString is not a function). */
+function describe(value: unknown): string {
+  if (typeof value === 'string') return value;
+  try {
+    return JSON.stringify(value) ?? typeof value;
+  } catch {
+    return typeof value;
+  }
+}
+
 /** Accepted and not sent: no chat equivalent, and leaving them out only loses a hint. */
 const DROPPED = new Set(['top_k', 'service_tier', 'container', 'cache_control']);
 
@@ -87,7 +97,7 @@ function imagePart(block: Json, param: string): Json {
     return { type: 'image_url', image_url: { url: `data:${source.media_type};base64,${source.data}` } };
   }
   if (source.type === 'url' && typeof source.url === 'string') return { type: 'image_url', image_url: { url: source.url } };
-  throw unsupported(`${param}.source`, `an image source of type '${String(source.type)}'`);
+  throw unsupported(`${param}.source`, `an image source of type '${describe(source.type)}'`);
 }
 
 /** A tool result's content as the tool message's string; only text has a place there. */
@@ -99,7 +109,7 @@ function toolResultText(block: Json, param: string, dropped: Dropped): string {
   return content
     .map((inner, k) => {
       if (!isObject(inner) || inner.type !== 'text' || typeof inner.text !== 'string') {
-        const type = isObject(inner) ? String(inner.type) : typeof inner;
+        const type = isObject(inner) ? describe(inner.type) : typeof inner;
         throw unsupported(`${param}.content[${k}]`, `a '${type}' block in a tool_result`);
       }
       dropped.cache(inner);
@@ -131,7 +141,7 @@ function userMessages(content: unknown, param: string, dropped: Dropped): Json[]
       if (typeof block.tool_use_id !== 'string') throw new TranslationError(`${at}.tool_use_id`, 'tool_result needs a tool_use_id');
       // is_error has no field in a tool message; the content itself says what went wrong.
       tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: toolResultText(block, at, dropped) });
-    } else throw unsupported(at, `a '${String(block.type)}' content block`);
+    } else throw unsupported(at, `a '${describe(block.type)}' content block`);
   });
   if (parts.length === 0 && tools.length > 0) return tools;
   return [...tools, { role: 'user', content: parts.length === 0 ? '' : partsContent(parts) }];
@@ -153,7 +163,7 @@ function assistantMessage(content: unknown, param: string, dropped: Dropped): Js
     } else if (block.type === 'thinking' || block.type === 'redacted_thinking') {
       // Another model's reasoning, signed for Anthropic only: the chat API has no place for it,
       // and the answer it led to is in the text and tool calls kept.
-    } else throw unsupported(at, `a '${String(block.type)}' content block in an assistant message`);
+    } else throw unsupported(at, `a '${describe(block.type)}' content block in an assistant message`);
   });
   // A turn that was only thinking leaves nothing to send.
   if (parts.length === 0 && calls.length === 0) return [];
@@ -169,7 +179,7 @@ function chatMessages(messages: unknown, dropped: Dropped): Json[] {
     if (!isObject(message)) throw new TranslationError(param, 'a message must be an object');
     if (message.role === 'user') return userMessages(message.content, param, dropped);
     if (message.role === 'assistant') return assistantMessage(message.content, param, dropped);
-    throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${String(message.role)}'`);
+    throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describe(message.role)}'`);
   });
 }
 
@@ -180,7 +190,7 @@ function chatTools(tools: unknown, dropped: Dropped): Json[] {
     if (!isObject(tool)) throw new TranslationError(param, 'a tool must be an object');
     // Server tools (web search, bash, code execution, …) run inside Anthropic's API; a chat
     // provider has nothing to run them with.
-    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${String(tool.type)}'`);
+    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describe(tool.type)}'`);
     if (typeof tool.name !== 'string') throw new TranslationError(`${param}.name`, 'a tool needs a name');
     const fn: Json = { name: tool.name };
     if (typeof tool.description === 'string') fn.description = tool.description;
@@ -204,7 +214,7 @@ function chatToolChoice(choice: unknown): { choice: unknown; parallel: boolean |
     if (typeof choice.name !== 'string') throw new TranslationError('tool_choice.name', "tool_choice 'tool' needs a name");
     return { choice: { type: 'function', function: { name: choice.name } }, parallel };
   }
-  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${String(choice.type)}'`);
+  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describe(choice.type)}'`);
 }
 
 function thinking(config: unknown, dropped: Dropped): void {
@@ -277,7 +287,7 @@ function messageId(id: unknown): string {
 
 function stopReason(finish: unknown, calledTools: boolean): string {
   // A finish reason with no Anthropic name (or none at all) ended the turn as far as the client can tell.
-  const reason = (typeof finish === 'string' ? STOP_REASONS[finish] : undefined) ?? 'end_turn';
+  const reason = (typeof finish === 'string' && Object.hasOwn(STOP_REASONS, finish) ? STOP_REASONS[finish] : undefined) ?? 'end_turn';
   // Some OpenAI-compatible servers finish a turn that called tools with `stop`. Anthropic never
   // ends a turn with tool_use blocks as end_turn, and clients loop on `stop_reason === 'tool_use'`.
   return reason === 'end_turn' && calledTools ? 'tool_use' : reason;

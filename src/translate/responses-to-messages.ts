@@ -271,7 +271,7 @@ function translateText(text: unknown, dropped: Set<string>): void {
 
 function translateRequest(body: Json, upstreamModel: string): TranslatedRequest {
   for (const key of Object.keys(body)) {
-    const refused = REFUSED[key];
+    const refused = Object.hasOwn(REFUSED, key) ? REFUSED[key] : undefined;
     const value = body[key];
     if (refused !== undefined) {
       // An empty list asks for nothing: context_management: [] is as good as absent.

@@ -21,43 +21,41 @@ export class SseParser {
   #hasData = false;
   #size = 0;
   #pendingCR = false;
+  /** How much of `#buffer` is known to hold no line end. */
+  #scanned = 0;
 
   /** Feeds bytes (or text); returns the events completed by them. */
   push(chunk: Buffer | string): SseEvent[] {
     let text = typeof chunk === 'string' ? chunk : this.#decoder.write(chunk);
+    if (text === '') return [];
     if (this.#pendingCR) {
       this.#pendingCR = false;
-      if (text.startsWith('\n')) text = text.slice(1);
+      if (text.charCodeAt(0) === 10) text = text.slice(1);
     }
     this.#buffer += text;
     const out: SseEvent[] = [];
+    const buffer = this.#buffer;
     let start = 0;
-    for (;;) {
-      let end = -1;
-      let next = -1;
-      for (let i = start; i < this.#buffer.length; i++) {
-        const c = this.#buffer.charCodeAt(i);
-        if (c === 10) {
-          end = i;
-          next = i + 1;
-          break;
-        }
-        if (c === 13) {
-          end = i;
-          if (i + 1 < this.#buffer.length) next = this.#buffer.charCodeAt(i + 1) === 10 ? i + 2 : i + 1;
-          else {
-            next = i + 1;
-            this.#pendingCR = true;
-          }
-          break;
-        }
+    // Only what arrived since the last push is scanned: a long line in many chunks stays linear.
+    for (let i = this.#scanned; i < buffer.length; i++) {
+      const c = buffer.charCodeAt(i);
+      if (c !== 10 && c !== 13) continue;
+      this.#line(buffer.slice(start, i), out);
+      if (c === 13) {
+        if (i + 1 < buffer.length) {
+          if (buffer.charCodeAt(i + 1) === 10) i++;
+        } else this.#pendingCR = true;
       }
-      if (end === -1) break;
-      this.#line(this.#buffer.slice(start, end), out);
-      start = next;
+      start = i + 1;
     }
-    this.#buffer = this.#buffer.slice(start);
-    if (this.#buffer.length + this.#size > MAX_EVENT_CHARS) this.#reset();
+    this.#buffer = start === 0 ? buffer : buffer.slice(start);
+    this.#scanned = this.#buffer.length;
+    if (this.#buffer.length + this.#size > MAX_EVENT_CHARS) {
+      // An event (or a line) longer than any provider sends: dropped, up to the next blank line.
+      this.#buffer = '';
+      this.#scanned = 0;
+      this.#reset();
+    }
     return out;
   }
 
@@ -67,6 +65,7 @@ export class SseParser {
     this.#buffer += this.#decoder.end();
     if (this.#buffer !== '') this.#line(this.#buffer, out);
     this.#buffer = '';
+    this.#scanned = 0;
     this.#line('', out);
     return out;
   }

@@ -224,21 +224,9 @@ describe('an upstream that stalls after the headers', () => {
     assert.equal(await upstreamErrors(gw, 'up', 'timeout'), timeoutsBefore + 1);
   });
 
-  test('an Anthropic stream silent before its first content is a 504 in Anthropic\'s shape: nothing was sent, so the status can say it', async () => {
+  test('an Anthropic stream silent for too long ends with an Anthropic-shaped error event and no message_stop', async () => {
     const { rid, marker, headers } = tags();
     const answer = await post(gw, '/v1/messages', anthropicMessage({ stream: true }), { ...headers, ...mockHeader({ chunks: 3, sseIntervalMs: STALL_MS }) });
-    assert.equal(answer.status, 504);
-    assert.ok(answer.elapsedMs < STALL_MS - 1000, `the answer took ${answer.elapsedMs} ms`);
-    const payload = JSON.parse(answer.body.toString('utf8')) as { type: string; error: { type: string } };
-    assert.equal(payload.type, 'error');
-    assert.equal(payload.error.type, 'timeout_error');
-    assert.equal((await accessLine(gw, rid)).error, 'upstream_timeout');
-    await mock.waitFor((r) => r.find(withMarker(marker))?.aborted === true, 5000);
-  });
-
-  test('an Anthropic stream silent after its first content ends with an Anthropic-shaped error event and no message_stop', async () => {
-    const { rid, marker, headers } = tags();
-    const answer = await post(gw, '/v1/messages', anthropicMessage({ stream: true }), { ...headers, ...mockHeader({ stallAfterEvents: 3 }) });
     assert.equal(answer.status, 200);
     assert.ok(answer.elapsedMs < STALL_MS - 1000, `the stream took ${answer.elapsedMs} ms to end`);
     const text = answer.body.toString('utf8');

@@ -755,3 +755,68 @@ describe('messagesToChat.stream', () => {
     });
   });
 });
+
+describe('messagesToChat: what OpenAI-compatible servers send beyond OpenAI', () => {
+  const call = { id: 'call_1', type: 'function', function: { name: 'weather', arguments: '{"city":"Oslo"}' } };
+  const answer = (finish: string | null, message: Json): Json =>
+    messagesToChat.response({ id: 'chatcmpl-c1', model: 'm', choices: [{ index: 0, finish_reason: finish, message: { role: 'assistant', ...message } }] });
+
+  test('tool calls finished with `stop` (or no reason) are stop_reason tool_use; length and content_filter stay', async () => {
+    assert.equal(answer('stop', { content: null, tool_calls: [call] }).stop_reason, 'tool_use');
+    assert.equal(answer(null, { content: 'x', tool_calls: [call] }).stop_reason, 'tool_use');
+    assert.equal(answer('length', { content: null, tool_calls: [call] }).stop_reason, 'max_tokens');
+    assert.equal(answer('content_filter', { content: null, tool_calls: [call] }).stop_reason, 'refusal');
+    assert.equal(answer('stop', { content: 'x', tool_calls: [] }).stop_reason, 'end_turn');
+
+    const sse = run(upstream([delta({ tool_calls: [{ index: 0, ...call }] as ChatCompletionChunk.Choice.Delta.ToolCall[] }), delta({}, 'stop'), usageChunk]));
+    const list = events(sse);
+    assert.equal((list.find((e) => e.event === 'message_delta')?.data.delta as Json).stop_reason, 'tool_use');
+    const { message } = await finalMessage(sse);
+    assert.equal(message.stop_reason, 'tool_use');
+    assert.deepEqual(message.content, [{ type: 'tool_use', id: 'call_1', name: 'weather', input: { city: 'Oslo' } }]);
+  });
+
+  test('arguments already parsed are the input; arguments that are JSON but not an object are an empty input', () => {
+    const input = (args: unknown): unknown =>
+      (answer('tool_calls', { content: null, tool_calls: [{ ...call, function: { name: 'weather', arguments: args } }] }).content as Json[])[0]?.input;
+    assert.deepEqual(input({ city: 'Oslo' }), { city: 'Oslo' });
+    assert.deepEqual(input('[1,2]'), {});
+    assert.deepEqual(input('"Oslo"'), {});
+    assert.deepEqual(input('null'), {});
+    assert.deepEqual(input('{"city":"Oslo"}'), { city: 'Oslo' });
+  });
+
+  test('content in parts: the text parts are the text, JSON and streamed; other parts are left out', async () => {
+    const parts = [{ type: 'thinking', thinking: [{ type: 'text', text: 'hmm' }] }, { type: 'text', text: 'Hel' }, { type: 'text', text: 'lo' }];
+    assert.deepEqual(answer('stop', { content: parts }).content, [{ type: 'text', text: 'Hello' }]);
+    assert.deepEqual(answer('stop', { content: [{ type: 'thinking', thinking: 'x' }] }).content, []);
+    const sse = run(upstream([delta({ role: 'assistant', content: [parts[0], parts[1]] } as unknown as ChatCompletionChunk.Choice.Delta), delta({ content: [parts[2]] } as unknown as ChatCompletionChunk.Choice.Delta), delta({}, 'stop'), usageChunk]));
+    const { message, texts } = await finalMessage(sse);
+    assert.deepEqual(texts, ['Hel', 'lo']);
+    assert.deepEqual(message.content, [{ type: 'text', text: 'Hello' }]);
+  });
+
+  test("Azure's first chunk (no choices, no id, no model) does not start the message: the id and model are the answer's", async () => {
+    const azure = { id: '', object: '', created: 0, model: '', choices: [], prompt_filter_results: [{ prompt_index: 0, content_filter_results: {} }] };
+    const sse = run(upstream([azure, delta({ role: 'assistant', content: 'Hi' }), delta({}, 'stop'), usageChunk]));
+    const list = events(sse);
+    assert.deepEqual(names(list), ['message_start', 'content_block_start#0', 'content_block_delta#0', 'content_block_stop#0', 'message_delta', 'message_stop']);
+    const { message } = await finalMessage(sse);
+    assert.equal(message.id, 'msg_s1');
+    assert.equal(message.model, 'gpt-upstream-2025');
+    // A stream of nothing else is still an error.
+    assert.deepEqual(names(events(run(upstream([azure])))), ['error']);
+  });
+
+  test('a tool call whose pieces repeat its id without an index stays one call', async () => {
+    const pieces = ['{"ci', 'ty":', '"Oslo"}'].map((args, i) =>
+      delta({ tool_calls: [{ id: 'call_r', type: 'function', function: { ...(i === 0 ? { name: 'weather' } : {}), arguments: args } }] as ChatCompletionChunk.Choice.Delta.ToolCall[] }),
+    );
+    const second = delta({ tool_calls: [{ id: 'call_s', type: 'function', function: { name: 'clock', arguments: '{}' } }] as ChatCompletionChunk.Choice.Delta.ToolCall[] });
+    const { message } = await finalMessage(run(upstream([...pieces, second, delta({}, 'tool_calls'), usageChunk])));
+    assert.deepEqual(message.content, [
+      { type: 'tool_use', id: 'call_r', name: 'weather', input: { city: 'Oslo' } },
+      { type: 'tool_use', id: 'call_s', name: 'clock', input: {} },
+    ]);
+  });
+});
