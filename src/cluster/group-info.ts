@@ -32,6 +32,8 @@ export function mergeGroupInfo(supervisor: ProcessInfo, replies: WorkerReply<Pro
     open_connections: answered.reduce((sum, p) => sum + p.open_connections, supervisor.open_connections),
     connections: [...connections.values()],
     listeners: [...listeners.values()],
+    // Each worker keeps its own target states (the supervisor serves no requests): listed per worker.
+    targets: undefined,
     workers: replies.map((r) => ({
       worker: r.slot,
       pid: r.pid ?? null,
@@ -42,6 +44,7 @@ export function mergeGroupInfo(supervisor: ProcessInfo, replies: WorkerReply<Pro
       open_connections: r.value?.open_connections ?? null,
       drain: r.value?.drain ?? null,
       waiting_for: r.value?.waiting_for ?? null,
+      targets: r.value?.targets ?? null,
     })),
   };
 }
