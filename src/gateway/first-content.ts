@@ -9,6 +9,7 @@ export type Watched = 'waiting' | 'content' | 'error';
 
 const PREAMBLE_EVENTS = new Set(['message_start', 'ping', 'response.created', 'response.in_progress', 'response.queued']);
 const ERROR_TYPES = new Set(['error', 'response.failed']);
+const BLANK_LINE = Buffer.from('\n\n');
 
 export class FirstContentWatch {
   readonly #parser = new SseParser();
@@ -16,9 +17,17 @@ export class FirstContentWatch {
   error: unknown = undefined;
 
   push(chunk: Buffer): Watched {
-    for (const event of this.#parser.push(chunk)) {
-      const seen = this.#classify(event);
-      if (seen !== 'waiting') return seen;
+    // Event by event (a blank line ends one), so that a read carrying a whole answer is parsed
+    // only up to its first content, not to its end.
+    let from = 0;
+    while (from < chunk.length) {
+      const blank = chunk.indexOf(BLANK_LINE, from);
+      const to = blank === -1 ? chunk.length : blank + 2;
+      for (const event of this.#parser.push(chunk.subarray(from, to))) {
+        const seen = this.#classify(event);
+        if (seen !== 'waiting') return seen;
+      }
+      from = to;
     }
     return 'waiting';
   }

@@ -18,6 +18,7 @@ import { translationFor } from '../translate/registry.ts';
 import { Attempt, type AttemptOwner, type Failure, type Prepared } from './attempt.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
 
+const BLANK_LINE = Buffer.from('\n\n');
 /** The failures a stream can have after its headers and before its first content. */
 const AFTER_HEADERS = ['reset', 'timeout', 'first_token_timeout', 'stream_error'] as const;
 /** A JSON answer larger than this is not translated (a 502): it is read whole to be rewritten. */
@@ -75,6 +76,11 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
   #unfit: GatewayError | undefined;
   #usage: UsageReader | undefined;
   #translator: StreamTranslator | undefined;
+  /** A translated stream has written its first bytes. */
+  #translatedOut = false;
+  /** Upstream bytes waiting for the next turn of the event loop to be translated, and whether the end came behind them. */
+  #deferred: Buffer[] | undefined;
+  #endDeferred = false;
   #jsonChunks: Buffer[] | undefined;
   #jsonBytes = 0;
   /** A translated JSON answer's status and headers, sent with its translated body. */
@@ -448,16 +454,52 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
       return;
     }
     if (this.#translator) {
-      let text: string;
-      try {
-        text = this.#translator.push(chunk);
-      } catch (error) {
-        return this.#untranslatable(error);
+      if (this.#deferred) {
+        this.#deferred.push(chunk);
+        return;
       }
-      if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
-      return;
+      if (!this.#translatedOut) {
+        // The first event goes out before the rest of its read is translated: a read can carry a
+        // whole answer, and Node sends what a response writes in one tick together, so the rest
+        // waits for the next turn of the event loop (what arrives meanwhile queues behind it).
+        const blank = chunk.indexOf(BLANK_LINE);
+        if (blank !== -1 && blank + 2 < chunk.length) {
+          this.#translate(chunk.subarray(0, blank + 2));
+          if (this.#translatedOut && this.#translator) {
+            this.#deferred = [chunk.subarray(blank + 2)];
+            setImmediate(this.#flushDeferred);
+            return;
+          }
+          return this.#translate(chunk.subarray(blank + 2));
+        }
+      }
+      return this.#translate(chunk);
     }
     this.#downstream.onResponseData(this, chunk);
+  }
+
+  /** The translation deferred after the first event: what queued, then the end if it came. */
+  readonly #flushDeferred = (): void => {
+    const queued = this.#deferred;
+    this.#deferred = undefined;
+    if (!queued || this.#finished || !this.#translator) return;
+    this.#translate(queued.length === 1 ? queued[0]! : Buffer.concat(queued));
+    if (this.#endDeferred) {
+      this.#endDeferred = false;
+      this.end();
+    }
+  };
+
+  #translate(chunk: Buffer): void {
+    let text: string;
+    try {
+      text = this.#translator!.push(chunk);
+    } catch (error) {
+      return this.#untranslatable(error);
+    }
+    if (text === '') return;
+    this.#translatedOut = true;
+    this.#downstream.onResponseData(this, Buffer.from(text));
   }
 
   /** A translator failed on what the provider sent (a bug, or an answer no translator expects): the answer ends with an error. */
@@ -470,6 +512,10 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
   }
 
   end(): void {
+    if (this.#deferred) {
+      this.#endDeferred = true;
+      return;
+    }
     const prepared = (this.#committed ?? this.#lastAttempt)?.prepared;
     if (this.#jsonChunks && prepared?.translation) {
       const raw = Buffer.concat(this.#jsonChunks).toString('utf8');
@@ -512,6 +558,9 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
 
   /** The committed answer failed part way: the relay ends it (an error event for a stream). */
   broke(error: Error): void {
+    // What arrived before the failure goes out before its error event.
+    if (this.#deferred) this.#flushDeferred();
+    if (this.#finished) return;
     this.#finish();
     this.#downstream.onResponseError(this, error);
   }
