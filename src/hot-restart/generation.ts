@@ -1,7 +1,7 @@
 // A generation's side of hot restart (E7): a gateway started by the keeper (keeper.ts). It adopts the
 // listening sockets of the generation before it, reports ready, hands its own sockets over when the
 // next generation starts, and drains when the keeper says the next one serves.
-import type { Server, Socket } from 'node:net';
+import type { Server } from 'node:net';
 import type { RunningGateway } from '../app.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';

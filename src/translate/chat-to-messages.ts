@@ -6,15 +6,8 @@ import { StringDecoder } from 'node:string_decoder';
 import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
-
-/**
- * Anthropic requires `max_tokens`; OpenAI lets the model run to its limit. 4096 is within what
- * every current Claude model can produce, so the default never makes a valid request invalid.
- */
-const DEFAULT_MAX_TOKENS = 4096;
-
-/** The image types Anthropic reads (`Base64ImageSource.media_type`). */
-const IMAGE_TYPES = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp']);
+import { count, given, isObject, nowSeconds } from './json.ts';
+import { compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
 
 /** Accepted and not sent: no Anthropic equivalent, and leaving them out only loses a hint or a record. */
 const DROPPED = new Set([
@@ -64,27 +57,6 @@ const HANDLED = new Set([
   'modalities',
   'n',
 ]);
-
-function isObject(value: unknown): value is Json {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-/** OpenAI accepts `null` for an optional parameter as "not given". */
-function given(value: unknown): boolean {
-  return value !== undefined && value !== null;
-}
-
-type Block = Json;
-
-/** OpenAI's explicit prompt-cache breakpoint on a part is Anthropic's cache_control on the block. */
-function withCache(block: Block, part: Json): Block {
-  return isObject(part.prompt_cache_breakpoint) ? { ...block, cache_control: { type: 'ephemeral' } } : block;
-}
-
-/** Anthropic refuses empty text blocks; an empty text adds nothing, so it is left out. */
-function textBlock(text: string, part: Json = {}): Block[] {
-  return text === '' ? [] : [withCache({ type: 'text', text }, part)];
-}
 
 /** A message's content from `system`, `developer` and `tool` messages: a string or text parts only. */
 function textContent(content: unknown, param: string): Block[] {
@@ -170,13 +142,6 @@ function assistantContent(message: Json, param: string): Block[] {
 interface Turn {
   role: 'user' | 'assistant';
   content: Block[];
-}
-
-/** One text block without options reads as a plain string; anything else stays an array. */
-function compact(blocks: Block[]): string | Block[] {
-  const only = blocks[0];
-  if (blocks.length === 1 && only !== undefined && only.type === 'text' && Object.keys(only).length === 2) return only.text as string;
-  return blocks;
 }
 
 function translateMessages(messages: unknown, dropped: Set<string>): { system: Block[]; turns: Turn[] } {
@@ -351,10 +316,6 @@ function finishReason(stopReason: unknown): string {
   }
 }
 
-function count(value: unknown): number {
-  return typeof value === 'number' ? value : 0;
-}
-
 interface InputTokens {
   input: number;
   cacheRead: number;
@@ -379,10 +340,6 @@ function chatUsage(input: InputTokens, output: number): Json {
     total_tokens: prompt + output,
     prompt_tokens_details: { cached_tokens: input.cacheRead, cache_write_tokens: input.cacheCreation },
   };
-}
-
-function nowSeconds(): number {
-  return Math.floor(Date.now() / 1000);
 }
 
 function translateResponse(body: Json): Json {

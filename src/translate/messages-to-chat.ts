@@ -7,6 +7,7 @@ import { StringDecoder } from 'node:string_decoder';
 import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toAnthropicError } from './errors.ts';
+import { count, given, isObject } from './json.ts';
 
 /** A client's value in an error message: never throws, whatever the value (an object whose toString is not a function). */
 function describe(value: unknown): string {
@@ -50,15 +51,6 @@ const STOP_REASONS: Record<string, string> = {
   function_call: 'tool_use',
   content_filter: 'refusal',
 };
-
-function isObject(value: unknown): value is Json {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-/** An optional parameter sent as `null` is taken as not given. */
-function given(value: unknown): boolean {
-  return value !== undefined && value !== null;
-}
 
 function unsupported(param: string, what: string): TranslationError {
   return new TranslationError(param, `${what} is not supported when routed to an OpenAI model`);
@@ -291,10 +283,6 @@ function stopReason(finish: unknown, calledTools: boolean): string {
   // Some OpenAI-compatible servers finish a turn that called tools with `stop`. Anthropic never
   // ends a turn with tool_use blocks as end_turn, and clients loop on `stop_reason === 'tool_use'`.
   return reason === 'end_turn' && calledTools ? 'tool_use' : reason;
-}
-
-function count(value: unknown): number {
-  return typeof value === 'number' && Number.isFinite(value) ? value : 0;
 }
 
 /** Chat usage as Anthropic's: its `input_tokens` leaves out the tokens read from the cache. */

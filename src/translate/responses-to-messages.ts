@@ -8,15 +8,8 @@ import { randomUUID } from 'node:crypto';
 import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
-
-/**
- * Anthropic requires `max_tokens`; OpenAI lets the model run to its limit. 4096 is within what
- * every current Claude model can produce, so the default never makes a valid request invalid.
- */
-const DEFAULT_MAX_TOKENS = 4096;
-
-/** The image types Anthropic reads (`Base64ImageSource.media_type`). */
-const IMAGE_TYPES = new Set(['image/jpeg', 'image/png', 'image/gif', 'image/webp']);
+import { count, given, isObject, nowSeconds } from './json.ts';
+import { compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
 
 /** Accepted and not sent: no Anthropic equivalent, and leaving them out only loses a hint or a record. */
 const DROPPED = new Set([
@@ -72,27 +65,6 @@ const HANDLED = new Set([
   'background',
   'top_logprobs',
 ]);
-
-function isObject(value: unknown): value is Json {
-  return value !== null && typeof value === 'object' && !Array.isArray(value);
-}
-
-/** OpenAI accepts `null` for an optional parameter as "not given". */
-function given(value: unknown): boolean {
-  return value !== undefined && value !== null;
-}
-
-type Block = Json;
-
-/** OpenAI's explicit prompt-cache breakpoint on a part is Anthropic's cache_control on the block. */
-function withCache(block: Block, part: Json): Block {
-  return isObject(part.prompt_cache_breakpoint) ? { ...block, cache_control: { type: 'ephemeral' } } : block;
-}
-
-/** Anthropic refuses empty text blocks; an empty text adds nothing, so it is left out. */
-function textBlock(text: string, part: Json = {}): Block[] {
-  return text === '' ? [] : [withCache({ type: 'text', text }, part)];
-}
 
 function imageBlock(part: Json, param: string, dropped: Set<string>): Block {
   const url = part.image_url;
@@ -158,13 +130,6 @@ function toolUse(item: Json, param: string): Block {
 interface Turn {
   role: 'user' | 'assistant';
   content: Block[];
-}
-
-/** One text block without options reads as a plain string; anything else stays an array. */
-function compact(blocks: Block[]): string | Block[] {
-  const only = blocks[0];
-  if (blocks.length === 1 && only !== undefined && only.type === 'text' && Object.keys(only).length === 2) return only.text as string;
-  return blocks;
 }
 
 function translateInput(input: unknown, system: Block[], dropped: Set<string>): Turn[] {
@@ -348,10 +313,6 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
   return { body: out, dropped: [...dropped] };
 }
 
-function count(value: unknown): number {
-  return typeof value === 'number' ? value : 0;
-}
-
 interface Tokens {
   input: number;
   cacheRead: number;
@@ -382,10 +343,6 @@ function incompleteReason(stopReason: unknown): string | null {
   if (stopReason === 'refusal') return 'content_filter';
   // end_turn, stop_sequence, tool_use, and pause_turn (the turn paused; the client may continue it).
   return null;
-}
-
-function nowSeconds(): number {
-  return Math.floor(Date.now() / 1000);
 }
 
 /** Ids in OpenAI's style (resp_, msg_, fc_) keep Anthropic's, so an answer can be found in both logs. */
