@@ -81,12 +81,25 @@ function resourcePaths(): Record<string, object> {
     '/config/keys': {
       post: {
         summary: 'Create a client key (etcd mode); the key is in the answer, once, and stored only as its digest.',
-        requestBody: { required: true, ...json({ type: 'object', required: ['name'], properties: { name: { type: 'string' } } }) },
+        requestBody: {
+          required: true,
+          ...json({
+            type: 'object',
+            required: ['name'],
+            properties: {
+              name: { type: 'string' },
+              models: { type: 'array', items: { type: 'string' }, description: 'The models the key may call: names or "prefix*" patterns; absent: every model.' },
+              expires_at: { type: 'string', description: 'ISO 8601: the key is refused from then.' },
+              enabled: { type: 'boolean' },
+              metadata: { type: 'object', additionalProperties: { type: 'string' } },
+            },
+          }),
+        },
         responses: { '201': { description: 'Created.', ...newKey }, ...writeErrors },
       },
     },
     '/config/keys/{name}/rotate': {
-      post: { summary: 'Give a client key a new value (etcd mode); the old one stops working once applied.', parameters: [name, ifMatch], responses: { '200': { description: 'Rotated.', ...newKey }, '404': error('No such key.'), ...writeErrors } },
+      post: { summary: 'Give a client key a new value (etcd mode), keeping its models, expiry, enabled flag and metadata; the old value stops working once applied.', parameters: [name, ifMatch], responses: { '200': { description: 'Rotated.', ...newKey }, '404': error('No such key.'), ...writeErrors } },
     },
   };
 }

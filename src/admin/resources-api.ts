@@ -193,12 +193,24 @@ async function remove(env: ResourcesEnvironment, ctx: RequestContext, kind: Reso
 }
 
 async function createKey(env: ResourcesEnvironment, body: unknown, who: string): Promise<Answer> {
-  const name = (body as { name?: unknown }).name;
-  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key') };
+  const name = (body as { name?: unknown } | null)?.name;
+  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key (and optionally models, expires_at, enabled, metadata)') };
   const key = newKey();
-  const checked = validate(env, 'keys', name, { name, key_sha256: sha256(key) });
+  // Anything else in the body (models, expires_at, …; or a field that does not exist) is the schema's to judge.
+  const checked = validate(env, 'keys', name, { ...(body as object), name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };
   return write(env, who, 'create_key', checked, () => env.store.put('keys', name, checked.stored, 0), (revision, applied) => ({ status: 201, body: { item: present(checked), key, revision, applied }, etag: revision }));
+}
+
+/** A stored resource's JSON as an object ({} when absent or unreadable). */
+function parseStored(value: string | undefined): Record<string, unknown> {
+  if (value === undefined) return {};
+  try {
+    const parsed: unknown = JSON.parse(value);
+    return parsed !== null && typeof parsed === 'object' && !Array.isArray(parsed) ? (parsed as Record<string, unknown>) : {};
+  } catch {
+    return {};
+  }
 }
 
 async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: string, who: string): Promise<Answer> {
@@ -206,7 +218,9 @@ async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: s
   if (expected instanceof GatewayError) return { error: expected };
   if (expected === 0) return { error: notFound('keys', name) };
   const key = newKey();
-  const checked = validate(env, 'keys', name, { name, key_sha256: sha256(key) });
+  // The key changes; what it may do (models, expiry, enabled, metadata) stays.
+  const { key: _key, key_sha256: _digest, ...policy } = parseStored((await env.store.current('keys', name)).value);
+  const checked = validate(env, 'keys', name, { ...policy, name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };
   return write(env, who, 'rotate_key', checked, () => env.store.put('keys', name, checked.stored, expected), (revision, applied) => ({ status: 200, body: { item: present(checked), key, revision, applied }, etag: revision }));
 }

@@ -4,6 +4,7 @@
 export type ErrorType =
   | 'invalid_request_error'
   | 'authentication_error'
+  | 'permission_error'
   | 'not_found_error'
   | 'request_too_large'
   | 'upstream_error'
@@ -17,6 +18,7 @@ export type ErrorDialect = 'openai' | 'anthropic';
 const ANTHROPIC_TYPES: Readonly<Record<ErrorType, string>> = {
   invalid_request_error: 'invalid_request_error',
   authentication_error: 'authentication_error',
+  permission_error: 'permission_error',
   not_found_error: 'not_found_error',
   request_too_large: 'request_too_large',
   upstream_error: 'api_error',
@@ -61,6 +63,9 @@ export const errors = {
     new GatewayError(400, 'invalid_request_error', 'unsupported_endpoint', `model "${model}" is served by provider "${provider}" (type ${type}), which does not serve ${path}`),
   missingKey: () => new GatewayError(401, 'authentication_error', 'missing_api_key', 'missing API key: send "Authorization: Bearer <key>" or "x-api-key: <key>"'),
   invalidKey: () => new GatewayError(401, 'authentication_error', 'invalid_api_key', 'invalid API key'),
+  keyExpired: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_expired', `API key "${name}" has expired`),
+  keyDisabled: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_disabled', `API key "${name}" is disabled`),
+  modelNotAllowed: (model: string, key: string) => new GatewayError(403, 'permission_error', 'model_not_allowed', `API key "${key}" may not use model "${model}"`),
   bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
   notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${path}`),
   methodNotAllowed: (method: string, path: string, allow: 'GET' | 'POST') =>
@@ -84,3 +89,17 @@ export const errors = {
   drainForced: () =>
     new GatewayError(503, 'server_error', 'drain_forced', 'the gateway is shutting down and ended this request before it was answered; retry it'),
 } as const;
+
+/** The 401 for an authentication that failed, by its reason. */
+export function authError(reason: 'missing' | 'invalid' | 'expired' | 'disabled', keyName = ''): GatewayError {
+  switch (reason) {
+    case 'missing':
+      return errors.missingKey();
+    case 'expired':
+      return errors.keyExpired(keyName);
+    case 'disabled':
+      return errors.keyDisabled(keyName);
+    default:
+      return errors.invalidKey();
+  }
+}

@@ -4,19 +4,53 @@ import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Config } from '../config/schema.ts';
 
-export type AuthResult = { ok: true; keyName: string } | { ok: false; reason: 'missing' | 'invalid' };
+/** A key that was presented and found, with what it may do. */
+export class ClientKey {
+  readonly name: string;
+  readonly enabled: boolean;
+  /** Epoch ms from which the key is refused; undefined: never. */
+  readonly expiresAt: number | undefined;
+  readonly #exact: ReadonlySet<string> | undefined;
+  readonly #prefixes: readonly string[];
 
-const OPEN: AuthResult = { ok: true, keyName: '' };
+  constructor(name: string, policy: { models?: readonly string[] | undefined; expires_at?: string | undefined; enabled?: boolean | undefined } = {}) {
+    this.name = name;
+    this.enabled = policy.enabled !== false;
+    this.expiresAt = policy.expires_at === undefined ? undefined : Date.parse(policy.expires_at);
+    const models = policy.models;
+    this.#exact = models === undefined || models.includes('*') ? undefined : new Set(models.filter((m) => !m.endsWith('*')));
+    this.#prefixes = models === undefined ? [] : models.filter((m) => m.endsWith('*')).map((m) => m.slice(0, -1));
+  }
+
+  /** Whether this key may call `model` (the name the client asked for). */
+  allows(model: string): boolean {
+    if (this.#exact === undefined || this.#exact.has(model)) return true;
+    for (const prefix of this.#prefixes) if (model.startsWith(prefix)) return true;
+    return false;
+  }
+
+  /** Whether the key may call every model (no `models` list). */
+  get unrestricted(): boolean {
+    return this.#exact === undefined;
+  }
+}
+
+/** Every request is let in when no key is configured: the open gateway's "key". */
+const OPEN_KEY = new ClientKey('');
+
+export type AuthResult = { ok: true; key: ClientKey } | { ok: false; reason: 'missing' | 'invalid' | 'expired' | 'disabled'; keyName?: string };
+
+const OPEN: AuthResult = { ok: true, key: OPEN_KEY };
 
 export class ClientKeys {
-  readonly #digests = new Map<string, { digest: Buffer; name: string }>();
+  readonly #digests = new Map<string, { digest: Buffer; key: ClientKey }>();
 
   constructor(keys: Config['keys']) {
     keys.forEach((entry, index) => {
       const name = typeof entry === 'string' ? `key-${index}` : entry.name;
       // A key given only as its digest (as the admin API stores them) is looked up the same way.
       const digest = typeof entry === 'string' ? sha256(entry) : 'key_sha256' in entry ? entry.key_sha256 : sha256(entry.key);
-      this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), name });
+      this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), key: new ClientKey(name, typeof entry === 'string' ? {} : entry) });
     });
   }
 
@@ -24,14 +58,17 @@ export class ClientKeys {
     return this.#digests.size > 0;
   }
 
-  check(headers: IncomingHttpHeaders): AuthResult {
+  check(headers: IncomingHttpHeaders, now: number = Date.now()): AuthResult {
     if (this.#digests.size === 0) return OPEN;
     const presented = presentedKey(headers);
     if (presented === undefined) return { ok: false, reason: 'missing' };
     const digest = sha256(presented);
     const found = this.#digests.get(digest);
     if (!found || !timingSafeEqual(found.digest, Buffer.from(digest, 'base64'))) return { ok: false, reason: 'invalid' };
-    return { ok: true, keyName: found.name };
+    const { key } = found;
+    if (!key.enabled) return { ok: false, reason: 'disabled', keyName: key.name };
+    if (key.expiresAt !== undefined && now >= key.expiresAt) return { ok: false, reason: 'expired', keyName: key.name };
+    return { ok: true, key };
   }
 }
 

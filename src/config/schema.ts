@@ -176,9 +176,29 @@ export function modelTargets(model: { provider?: string | undefined; upstream_mo
 }
 
 const KEY_SHA256 = /^[A-Za-z0-9+/]{43}=$/;
+/** What a named key may do, beside the key itself (the same in the file, in etcd and through the admin API). */
+const keyPolicy = {
+  /** Model names the key may call: exact names or "prefix*" patterns; absent: every model. */
+  models: z.array(z.string().min(1, 'expected a model name or a "prefix*" pattern')).optional(),
+  /** The key is refused from this moment (an ISO 8601 date and time, e.g. 2027-01-01T00:00:00Z). */
+  expires_at: z
+    .string()
+    .refine((text) => /^\d{4}-\d{2}-\d{2}(T\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:\d{2}))?$/.test(text) && Number.isFinite(Date.parse(text)), {
+      message: 'expected an ISO 8601 date, e.g. 2027-01-01 or 2027-01-01T00:00:00Z',
+    })
+    .optional(),
+  /** false: the key is refused (kept, to be enabled again). */
+  enabled: fromEnv(z.boolean()).optional(),
+  /** Free labels (team, app): in the admin API, not in metrics. */
+  metadata: z.record(z.string(), z.string()).optional(),
+};
 /** A client key: the key itself, or (as the admin API stores them) only its SHA-256 digest, base64. */
-const rawKey = z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters') });
-const hashedKey = z.strictObject({ name, key_sha256: z.string().regex(KEY_SHA256, 'expected the SHA-256 digest of the key in base64 (44 characters ending in "=")') });
+const rawKey = z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters'), ...keyPolicy });
+const hashedKey = z.strictObject({
+  name,
+  key_sha256: z.string().regex(KEY_SHA256, 'expected the SHA-256 digest of the key in base64 (44 characters ending in "=")'),
+  ...keyPolicy,
+});
 /** A named key, as a resource of the admin API or etcd holds it: the key, or its digest. */
 export const namedKeySchema = z.union([rawKey, hashedKey]);
 const clientKey = z.union([z.string().min(8, 'expected a client key of at least 8 characters'), rawKey, hashedKey]);

@@ -11,7 +11,7 @@ import { ClientKeys } from '../auth/keys.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
-import { errors, type ErrorDialect } from '../api/errors.ts';
+import { authError, errors, type ErrorDialect } from '../api/errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
 import { RoutedExchange, type ExchangeEnvironment } from './routed-exchange.ts';
@@ -140,7 +140,8 @@ export class Gateway {
   async #models(ctx: RequestContext, routing: Routing, path: string): Promise<void> {
     const decision = this.#env.decision;
     if (path === MODELS_PATH) {
-      const models = await routing.models.list();
+      // A key limited to some models sees only those.
+      const models = (await routing.models.list()).filter((model) => ctx.key.allows(model.id));
       if (ctx.dialect === 'openai') return sendJson(ctx, decision, 200, openaiListBody(models));
       const url = ctx.req.url ?? '';
       const q = url.indexOf('?');
@@ -155,6 +156,7 @@ export class Gateway {
       return sendError(ctx, decision, errors.unknownModel(path.slice(MODELS_PATH.length + 1)));
     }
     ctx.model = id;
+    if (!ctx.key.allows(id)) return sendError(ctx, decision, errors.unknownModel(id));
     const found = await routing.models.find(id);
     if ('model' in found) return sendJson(ctx, decision, 200, modelBody(found.model, ctx.dialect));
     sendError(ctx, decision, found.missing === 'unrouted' ? errors.unknownModel(id) : errors.modelNotOffered(id, found.provider));
@@ -162,8 +164,12 @@ export class Gateway {
 
   #authorize(ctx: RequestContext, routing: Routing): boolean {
     const auth = routing.keys.check(ctx.req.headers);
-    if (auth.ok) return true;
-    sendError(ctx, this.#env.decision, auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());
+    if (auth.ok) {
+      ctx.key = auth.key;
+      return true;
+    }
+    if (auth.keyName !== undefined) ctx.keyName = auth.keyName;
+    sendError(ctx, this.#env.decision, authError(auth.reason, auth.keyName));
     discardRest(ctx.req);
     return false;
   }
@@ -186,6 +192,7 @@ export class Gateway {
     const model = body.model;
     if (typeof model !== 'string' || model === '') return sendError(ctx, decision, errors.missingModel());
     ctx.model = model;
+    if (!ctx.key.allows(model)) return sendError(ctx, decision, errors.modelNotAllowed(model, ctx.key.name));
     const route = routing.router.resolve(model);
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;

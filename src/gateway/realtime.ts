@@ -8,7 +8,7 @@ import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { UpgradeContext } from '../server/context.ts';
 import { refuseUpgrade, rejectUpgrade, whenClosed, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';
-import { errors, type GatewayError } from '../api/errors.ts';
+import { authError, errors, type GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError } from './upstream-errors.ts';
 import { readUsageFrom } from './usage.ts';
 import { checkHandshake } from './websocket-handshake.ts';
@@ -49,11 +49,16 @@ export class RealtimeRoute implements UpgradeRoute {
     if (routing.pending !== undefined) return reject(errors.configNotLoaded(routing.pending));
     const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
     const auth = routing.keys.check(headers);
-    if (!auth.ok) return reject(auth.reason === 'missing' ? errors.missingKey() : errors.invalidKey());
+    if (!auth.ok) {
+      if (auth.keyName !== undefined) ctx.keyName = auth.keyName;
+      return reject(authError(auth.reason, auth.keyName));
+    }
+    ctx.key = auth.key;
     const query = new URL(req.url ?? '/', 'http://gateway').searchParams;
     const model = query.get('model');
     if (!model) return reject(errors.missingModel());
     ctx.model = model;
+    if (!auth.key.allows(model)) return reject(errors.modelNotAllowed(model, auth.key.name));
     const route = routing.router.resolve(model);
     if (!route) return reject(errors.unknownModel(model));
     ctx.modelEntry = route.entry;

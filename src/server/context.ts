@@ -7,6 +7,15 @@ import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { ErrorDialect } from '../api/errors.ts';
 
+/** What the request's client key may do (auth/keys.ts's ClientKey). */
+export interface KeyGrant {
+  /** '' for an open gateway (no keys configured). */
+  readonly name: string;
+  allows(model: string): boolean;
+}
+
+const OPEN: KeyGrant = { name: '', allows: () => true };
+
 export interface Usage {
   prompt: number;
   completion: number;
@@ -36,6 +45,20 @@ export class ExchangeContext {
   /** Stable error code when the request failed (access log `error`). */
   errorCode = '';
   usage: Usage | undefined = undefined;
+  /** The client key the request presented (an open gateway's has no name): what it may do. */
+  #key: KeyGrant = OPEN;
+  /** The name of the key presented, also when it was refused (expired, disabled); '' for none. */
+  keyName = '';
+
+  get key(): KeyGrant {
+    return this.#key;
+  }
+
+  set key(key: KeyGrant) {
+    this.#key = key;
+    this.keyName = key.name;
+  }
+
   /** Upstream attempts made (retries and fallbacks included); 0 when none was needed. */
   attempts = 0;
 

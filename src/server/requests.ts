@@ -60,6 +60,7 @@ export function createExchangeRecorder(services: RequestServices) {
       errorCode: ctx.errorCode,
       usage: ctx.usage,
       attempts: ctx.attempts,
+      keyName: ctx.keyName,
     });
   }
 }

@@ -22,6 +22,8 @@ export interface FinishedRequest {
   usage: { prompt: number; completion: number } | undefined;
   /** Upstream attempts (retries and fallbacks included); logged when more than one. */
   attempts?: number;
+  /** The client key's name ('' when no key was presented or none is configured): never the key. */
+  keyName?: string;
 }
 
 export class AccessLog {
@@ -42,11 +44,11 @@ export class AccessLog {
     const m = this.#metrics;
     // The label is the configured entry a model matched ("gpt-4o", or the pattern "gpt-*"), never
     // the name a client sent: made-up names would otherwise add a time series each, without bound.
-    m.requests.add(1, r.endpoint, statusLabel(r.status), r.modelEntry);
+    m.requests.add(1, r.endpoint, statusLabel(r.status), r.modelEntry, r.keyName ?? '');
     m.requestDuration.observe({ endpoint: r.endpoint }, r.durationSeconds);
     if (r.usage) {
-      m.tokens.add(r.usage.prompt, r.modelEntry, r.provider, 'prompt');
-      m.tokens.add(r.usage.completion, r.modelEntry, r.provider, 'completion');
+      m.tokens.add(r.usage.prompt, r.modelEntry, r.provider, 'prompt', r.keyName ?? '');
+      m.tokens.add(r.usage.completion, r.modelEntry, r.provider, 'completion', r.keyName ?? '');
     }
     if (!this.#logger) return;
     writeInfo(this.#logger, {
@@ -62,6 +64,7 @@ export class AccessLog {
       duration_ms: Math.round(r.durationSeconds * 1e6) / 1e3,
       model: r.model || undefined,
       provider: r.provider || undefined,
+      key_name: r.keyName || undefined,
       error: r.errorCode || undefined,
       attempts: r.attempts !== undefined && r.attempts > 1 ? r.attempts : undefined,
       prompt_tokens: r.usage?.prompt,

@@ -61,8 +61,8 @@ export class HotValues {
 
 export class Metrics {
   readonly registry = new Registry();
-  /** Counter sluice_requests_total: endpoint, status, model. */
-  readonly requests = new HotValues(['endpoint', 'status', 'model']);
+  /** Counter sluice_requests_total: endpoint, status, model, key (the client key's name). */
+  readonly requests = new HotValues(['endpoint', 'status', 'model', 'key']);
   readonly requestDuration: Histogram<'endpoint'>;
   /** Gauge sluice_in_flight_requests: endpoint, protocol. */
   readonly inFlight = new HotValues(['endpoint', 'protocol']);
@@ -71,8 +71,8 @@ export class Metrics {
   readonly attempts = new HotValues(['provider', 'model', 'outcome']);
   /** Counter sluice_route_retries_total: model (the route entry), kind (retry, fallback, budget_exhausted). */
   readonly retries = new HotValues(['model', 'kind']);
-  /** Counter sluice_tokens_total: model, provider, type. */
-  readonly tokens = new HotValues(['model', 'provider', 'type']);
+  /** Counter sluice_tokens_total: model, provider, type, key. */
+  readonly tokens = new HotValues(['model', 'provider', 'type', 'key']);
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
   readonly connectionsAccepted: Counter<'listener'>;
   readonly connectionsRejected: Counter<'listener'>;
@@ -133,8 +133,8 @@ export class Metrics {
     }
     new Counter({
       name: 'sluice_requests_total',
-      help: 'Finished requests by endpoint, status and model.',
-      labelNames: ['endpoint', 'status', 'model'],
+      help: 'Finished requests by endpoint, status, model and client key name ("" when none).',
+      labelNames: ['endpoint', 'status', 'model', 'key'],
       registers,
       collect() {
         this.reset();
@@ -165,8 +165,8 @@ export class Metrics {
     });
     new Counter({
       name: 'sluice_tokens_total',
-      help: 'Tokens reported by providers in responses, by model, provider and type (prompt, completion).',
-      labelNames: ['model', 'provider', 'type'],
+      help: 'Tokens reported by providers in responses, by model, provider, type (prompt, completion) and client key name.',
+      labelNames: ['model', 'provider', 'type', 'key'],
       registers,
       collect() {
         this.reset();

@@ -556,3 +556,35 @@ describe('etcd: the snapshot cache at the exit and under SIGKILL (L9)', { skip }
     }
   });
 });
+
+describe('etcd: what a key may do, through the admin API', { skip }, () => {
+  test('a key created with models, an expiry and metadata keeps them through a rotation; its models apply at once; a disabled key is refused', async () => {
+    const prefix = await seeded();
+    const gw = await startGateway({ config: etcdConfig(prefix) });
+    try {
+      const created = await adminCall(gw, 'POST', '/config/keys', { name: 'scoped', models: ['base'], expires_at: '2099-01-01T00:00:00Z', metadata: { team: 'search' } });
+      assert.equal(created.status, 201, created.body);
+      const key1 = json(created).key as string;
+      await eventually(async () => (await chat(gw, 'base', key1)).status === 200, 2000, 'the new key served');
+      const refused = await chat(gw, 'other-model', key1);
+      assert.equal(refused.status, 403);
+      assert.equal(JSON.parse(refused.body).error.code, 'model_not_allowed');
+      const rotated = await adminCall(gw, 'POST', '/config/keys/scoped/rotate');
+      assert.equal(rotated.status, 200, rotated.body);
+      const item = json(rotated).item as Record<string, unknown>;
+      assert.deepEqual([item.models, item.expires_at, item.metadata], [['base'], '2099-01-01T00:00:00Z', { team: 'search' }], 'the rotation kept what the key may do');
+      const key2 = json(rotated).key as string;
+      await eventually(async () => (await chat(gw, 'base', key2)).status === 200 && (await chat(gw, 'other-model', key2)).status === 403, 2000, 'the rotated key, with the same models');
+      const stored = JSON.parse((await etcd.get(`${prefix}keys/scoped`))!) as Record<string, unknown>;
+      const disabled = await adminCall(gw, 'PUT', '/config/keys/scoped', { ...stored, enabled: false });
+      assert.equal(disabled.status, 200, disabled.body);
+      await eventually(async () => (await chat(gw, 'base', key2)).status === 401, 2000, 'the disabled key refused');
+      assert.equal(JSON.parse((await chat(gw, 'base', key2)).body).error.code, 'api_key_disabled');
+      const bad = await adminCall(gw, 'POST', '/config/keys', { name: 'bad-expiry', expires_at: 'next tuesday' });
+      assert.equal(bad.status, 400);
+      assert.match(bad.body, /expires_at/);
+    } finally {
+      await gw.stop();
+    }
+  });
+});

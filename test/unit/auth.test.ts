@@ -3,16 +3,19 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { inspect } from 'node:util';
-import { ClientKeys, presentedKey } from '../../src/auth/keys.ts';
+import { ClientKeys, presentedKey, type AuthResult } from '../../src/auth/keys.ts';
 
 const KEY = 'sk-sluice-0123456789abcdef';
 const OTHER = 'sk-sluice-fedcba9876543210';
 
+/** A result with its key's name in place of the key, for comparison. */
+const named = (result: AuthResult) => (result.ok ? { ok: true, keyName: result.key.name } : result);
+
 test('no keys configured → every request is let in (open)', () => {
   const keys = new ClientKeys([]);
   assert.equal(keys.enabled, false);
-  assert.deepEqual(keys.check({}), { ok: true, keyName: '' });
-  assert.deepEqual(keys.check({ authorization: 'Bearer whatever' }), { ok: true, keyName: '' });
+  assert.deepEqual(named(keys.check({})), { ok: true, keyName: '' });
+  assert.deepEqual(named(keys.check({ authorization: 'Bearer whatever' })), { ok: true, keyName: '' });
 });
 
 test('keys configured → enabled', () => {
@@ -20,11 +23,11 @@ test('keys configured → enabled', () => {
 });
 
 test('Authorization: Bearer <key> is accepted', () => {
-  assert.deepEqual(new ClientKeys([KEY]).check({ authorization: `Bearer ${KEY}` }), { ok: true, keyName: 'key-0' });
+  assert.deepEqual(named(new ClientKeys([KEY]).check({ authorization: `Bearer ${KEY}` })), { ok: true, keyName: 'key-0' });
 });
 
 test('x-api-key: <key> is accepted', () => {
-  assert.deepEqual(new ClientKeys([KEY]).check({ 'x-api-key': KEY }), { ok: true, keyName: 'key-0' });
+  assert.deepEqual(named(new ClientKeys([KEY]).check({ 'x-api-key': KEY })), { ok: true, keyName: 'key-0' });
 });
 
 test('the "Bearer" scheme is case-insensitive, surrounding spaces tolerated', () => {
@@ -65,9 +68,9 @@ test('Authorization takes precedence over x-api-key', () => {
 
 test('named keys return their name; unnamed ones key-<index>', () => {
   const keys = new ClientKeys([KEY, { name: 'ci-runner', key: OTHER }, 'third-key-value']);
-  assert.deepEqual(keys.check({ authorization: `Bearer ${OTHER}` }), { ok: true, keyName: 'ci-runner' });
-  assert.deepEqual(keys.check({ 'x-api-key': KEY }), { ok: true, keyName: 'key-0' });
-  assert.deepEqual(keys.check({ 'x-api-key': 'third-key-value' }), { ok: true, keyName: 'key-2' });
+  assert.deepEqual(named(keys.check({ authorization: `Bearer ${OTHER}` })), { ok: true, keyName: 'ci-runner' });
+  assert.deepEqual(named(keys.check({ 'x-api-key': KEY })), { ok: true, keyName: 'key-0' });
+  assert.deepEqual(named(keys.check({ 'x-api-key': 'third-key-value' })), { ok: true, keyName: 'key-2' });
 });
 
 test('presentedKey', () => {
@@ -92,4 +95,26 @@ test('the raw key is not retained anywhere on the object', () => {
       assert.ok(!view.includes(Buffer.from(secret).toString('hex')), `hex key found in ${view}`);
     }
   }
+});
+
+test('a key\'s models, expiry and enabled flag', () => {
+  const keys = new ClientKeys([
+    { name: 'limited', key: 'sk-limited-0001', models: ['gpt-4o', 'claude-*'] },
+    { name: 'expired', key: 'sk-expired-0001', expires_at: '2026-01-01T00:00:00Z' },
+    { name: 'later', key: 'sk-later-000001', expires_at: '2026-06-01' },
+    { name: 'off', key: 'sk-disabled-001', enabled: false },
+  ]);
+  const now = Date.parse('2026-03-01T00:00:00Z');
+  const limited = keys.check({ 'x-api-key': 'sk-limited-0001' }, now);
+  assert.ok(limited.ok);
+  assert.equal(limited.key.allows('gpt-4o'), true);
+  assert.equal(limited.key.allows('claude-sonnet-4-5'), true);
+  assert.equal(limited.key.allows('gpt-4o-mini'), false, 'an exact name is not a prefix');
+  assert.equal(limited.key.allows('claude'), false);
+  assert.deepEqual(keys.check({ 'x-api-key': 'sk-expired-0001' }, now), { ok: false, reason: 'expired', keyName: 'expired' });
+  assert.equal(keys.check({ 'x-api-key': 'sk-later-000001' }, now).ok, true);
+  assert.deepEqual(keys.check({ 'x-api-key': 'sk-later-000001' }, Date.parse('2026-06-01T00:00:00Z')), { ok: false, reason: 'expired', keyName: 'later' });
+  assert.deepEqual(keys.check({ 'x-api-key': 'sk-disabled-001' }, now), { ok: false, reason: 'disabled', keyName: 'off' });
+  const all = keys.check({ 'x-api-key': 'sk-later-000001' }, now);
+  assert.ok(all.ok && all.key.allows('anything') && all.key.unrestricted);
 });
