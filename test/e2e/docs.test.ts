@@ -126,7 +126,7 @@ describe('README', () => {
     assert.match(stream, /^data: \{"id":"chatcmpl-/);
     assert.ok(stream.endsWith('data: [DONE]\n\n'), stream);
     assert.equal((JSON.parse(ready) as { status: string }).status, 'ready');
-    assert.match(metrics, /^sluice_requests_total\{endpoint="chat_completions",status="200",model="echo"\} 2$/m);
+    assert.match(metrics, /^sluice_requests_total\{endpoint="chat_completions",status="200",model="echo",key=""\} 2$/m);
   });
 
   test('"Hot restart": with the setting shown, `sluice restart` prints the documented lines and exits 0; the keeper stays', async () => {

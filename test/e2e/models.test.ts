@@ -193,7 +193,7 @@ describe('POST /v1/messages/count_tokens', () => {
     assert.ok(!JSON.stringify(seen.headers).includes(CLIENT_KEY));
     await gw.waitForLog((l) => l.event === 'access' && l.path === '/v1/messages/count_tokens');
     const metrics = await (await fetch(`${gw.adminUrl}/metrics`)).text();
-    assert.match(metrics, /sluice_requests_total\{endpoint="count_tokens",status="200",model="claude-test"\} 1/);
+    assert.match(metrics, /sluice_requests_total\{endpoint="count_tokens",status="200",model="claude-test",key="key-0"\} 1/);
   });
 
   test('the echo provider counts locally; an OpenAI-type model is a clear 400 the SDK shows', async () => {
