@@ -27,13 +27,13 @@
 // and time to first byte by the number of chunks the mock sends back to back (a translation rewrites
 // what one upstream read brought before writing it). The tables go to stdout and to
 // bench/results/routing.md.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { Agent, request as httpRequest } from 'node:http';
-import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
+import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
-import { readyUrl } from './ready.ts';
+import { cleanUp, killAll, launch, onPath, PIN, runToEnd, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, startHaproxy } from './extras.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
 
@@ -48,8 +48,6 @@ const PACED = { n: 15, chunks: 10, intervalMs: 10 };
 /** Time to first byte by the number of chunks the mock sends back to back (so they arrive in one read or few). */
 const BURSTS = { chunks: [1, 10, 50, 200], n: QUICK ? 100 : 200, targets: ['plain', 'messages native', 'chat→messages', 'messages→chat', 'responses→messages'] };
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-const onPath = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
-const PIN = availableParallelism() >= 2 && onPath('taskset');
 const HAPROXY_FOUND = onPath('haproxy');
 const STREAM_MOCK = JSON.stringify({ chunks: 50 });
 /** What was measured: the commit, whether src/ had changes on top, and when dist/ was built (read at start-up, as the gateway loads it). */
@@ -123,43 +121,8 @@ function headers(t: Target, mock: string | undefined): Record<string, string> {
 
 // --- child processes ------------------------------------------------------------------------------
 
-interface Server { name: string; child: ChildProcess; pid: number; url: string }
-
 const TMP = mkdtempSync(join(tmpdir(), 'sluice-bench-routing-'));
-const children = new Set<ChildProcess>();
-const killAll = (): void => children.forEach((c) => c.kill('SIGKILL'));
-process.once('exit', () => {
-  killAll();
-  rmSync(TMP, { recursive: true, force: true });
-});
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(sig, () => {
-    process.stderr.write(`\nbench: ${sig}, stopping the child processes\n`);
-    killAll();
-    process.exit(130);
-  });
-}
-
-/** Spawns `cmd`, pinned to `cpu` when pinning is possible, and tracks it for clean-up. */
-function launch(cpu: string, cmd: string, args: string[]): ChildProcess {
-  const [file, argv]: [string, string[]] = PIN ? ['taskset', ['-c', cpu, cmd, ...args]] : [cmd, args];
-  const child = spawn(file, argv, { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return child;
-}
-
-async function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<Server> {
-  const child = launch('0', process.execPath, args);
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  const url = await readyUrl(name, child, urlFrom, () => stderr);
-  return { name, child, pid: child.pid!, url };
-}
-
-function startMock(): Promise<Server> {
-  return startServer('mock', ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
-}
+cleanUp.push(TMP);
 
 function startGateway(mockUrl: string): Promise<Server> {
   const openai = (name: string) => ({ name, type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' });
@@ -190,15 +153,6 @@ function startGateway(mockUrl: string): Promise<Server> {
   });
 }
 
-async function stop(server: Server): Promise<void> {
-  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
-  const exited = new Promise((r) => server.child.once('exit', r));
-  server.child.kill('SIGTERM');
-  const timer = setTimeout(() => server.child.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
-
 // --- load generation (wrk, one Lua script per target and mode) ---------------------------------
 
 const lua = (s: string): string => `[==[${s}]==]`;
@@ -219,24 +173,9 @@ function wrkScript(t: Target, mode: Mode): string {
   ].join('\n');
 }
 
-function run(child: ChildProcess, timeoutMs: number): Promise<string> {
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  return new Promise((done, fail) => {
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      if (code === 0) done(out);
-      else fail(new Error(`wrk failed (code ${code}): ${err || out}`));
-    });
-  });
-}
-
 async function wrk(url: string, luaFile: string, seconds: number): Promise<Load> {
   const args = [`-t${S.threads}`, `-c${S.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, url];
-  const out = await run(launch('1', 'wrk', args), (seconds + 20) * 1000);
+  const out = await runToEnd(launch('1', 'wrk', args), (seconds + 20) * 1000, 'wrk');
   const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
   if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
   const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;

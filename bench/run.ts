@@ -18,12 +18,12 @@
 // bench/extras.ts). Last, scaling: an echo-model gateway at 1 and at N = CPUs workers, alternating rounds, unpinned
 // (bench/workers.ts). Medians across rounds go to stdout and bench/results/latest.md. Every gateway but the
 // scaling ones runs `workers: 1`, so its CPU is one process's.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { availableParallelism, cpus, loadavg, tmpdir } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { stringify } from 'yaml';
-import { readyUrl } from './ready.ts';
+import { cleanUp, killAll, launch, onPath, PIN, runToEnd, startMock, startServer as startProcess, stop, type Server as Process } from './processes.ts';
 import { makePki } from '../test/support/certs.ts';
 import {
   BASELINE, PROTOCOL_TARGETS, post, protocolListeners, protocolMethods, protocolSummary, protocolTable, runH2load,
@@ -45,8 +45,6 @@ const SOAK_REQUESTS = Number(process.env.SOAK_REQUESTS) || 1_000_000;
 const S = { rounds: QUICK ? 2 : 5, seconds: QUICK ? 2 : 5, warmupSeconds: 1, connections: 32, threads: 1 };
 const CLIENT_KEY = 'sk-bench-client-key-0123456789';
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
-const onPath = (cmd: string): boolean => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
-const PIN = availableParallelism() >= 2 && onPath('taskset');
 const WRK = onPath('wrk');
 const H2LOAD_FOUND = onPath('h2load');
 const OPENSSL_FOUND = onPath('openssl'); // to make the TLS test certificates
@@ -58,7 +56,7 @@ const SCALING = { threads: 2, connections: 64, cpu: ALL_CPUS };
 const IDLE_CONNS = 10_000;
 const SLOW_STREAMS = 1_000;
 
-interface Server { name: string; child: ChildProcess; pid: number; url: string; urls: Record<string, string> }
+interface Server extends Process { urls: Record<string, string> }
 interface Target {
   name: string; // direct, bare, production, haproxy; or a ProtocolTarget name
   group: 'overhead' | 'protocols';
@@ -83,41 +81,11 @@ const CASES: Case[] = [
 // --- child processes ------------------------------------------------------------------------------
 
 const TMP = mkdtempSync(join(tmpdir(), 'sluice-bench-')); // generated configs, the wrk script, request bodies
-const cleanUp = [TMP]; // and the test PKI's directory
-const children = new Set<ChildProcess>();
-const killAll = (): void => children.forEach((c) => c.kill('SIGKILL'));
-process.once('exit', () => {
-  killAll();
-  for (const dir of cleanUp) rmSync(dir, { recursive: true, force: true });
-});
-for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
-  process.once(sig, () => {
-    process.stderr.write(`\nbench: ${sig}, stopping the child processes\n`);
-    killAll();
-    process.exit(130);
-  });
-}
+cleanUp.push(TMP); // and the test PKI's directory, later
 
-/** Spawns `cmd`, pinned to `cpu` when pinning is possible, and tracks it for clean-up. */
-function launch(cpu: string, cmd: string, args: string[], env?: Record<string, string>): ChildProcess {
-  const [file, argv]: [string, string[]] = PIN ? ['taskset', ['-c', cpu, cmd, ...args]] : [cmd, args];
-  const child = spawn(file, argv, { cwd: ROOT, env: { ...process.env, ...env }, stdio: ['ignore', 'pipe', 'pipe'] });
-  children.add(child);
-  child.once('exit', () => children.delete(child));
-  return child;
-}
-
-/** Starts a server and resolves once `urlFrom` finds its URL in a stdout JSON line; stdout is drained after. */
+/** A server of processes.ts, with its listeners' URLs by name. */
 async function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0'): Promise<Server> {
-  const child = launch(cpu, process.execPath, args);
-  let stderr = '';
-  child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
-  const url = await readyUrl(name, child, urlFrom, () => stderr);
-  return { name, child, pid: child.pid!, url, urls: {} };
-}
-
-function startMock(): Promise<Server> {
-  return startServer('mock', ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
+  return { ...(await startProcess(name, args, urlFrom, cpu)), urls: {} };
 }
 
 /** `extraListeners` are proxy listeners besides `proxy`; every listener's URL ends up in `urls` (by name). */
@@ -169,15 +137,6 @@ async function startScalingGateway(workers: number): Promise<Server> {
 }
 
 /** SIGTERM (so --cpu-prof writes its profile), SIGKILL after 10 s. */
-async function stop(server: Server): Promise<void> {
-  if (server.child.exitCode !== null || server.child.signalCode !== null) return;
-  const exited = new Promise((r) => server.child.once('exit', r));
-  server.child.kill('SIGTERM');
-  const timer = setTimeout(() => server.child.kill('SIGKILL'), 10_000);
-  await exited;
-  clearTimeout(timer);
-}
-
 // --- load generation ----------------------------------------------------------------------------
 
 const WRK_SCRIPT = `
@@ -204,25 +163,11 @@ function headersFor(target: Target, c: Case): Record<string, string> {
   return headers;
 }
 
-function run(child: ChildProcess, timeoutMs: number): Promise<string> {
-  let out = '';
-  let err = '';
-  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs);
-  return new Promise((done, fail) => {
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      if (code === 0) done(out);
-      else fail(new Error(`load generator failed (code ${code}): ${err || out}`));
-    });
-  });
-}
 
 async function wrk(target: Target, c: Case, seconds: number, luaFile: string, shape = { threads: S.threads, connections: S.connections, cpu: '1' }): Promise<Load> {
   const args = [`-t${shape.threads}`, `-c${shape.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, `${target.url}/v1/chat/completions`];
   const env = { BENCH_BODY: c.body, BENCH_KEY: target.key ?? '', BENCH_MOCK: c.mock ?? '' };
-  const out = await run(launch(shape.cpu, 'wrk', args, env), (seconds + 20) * 1000);
+  const out = await runToEnd(launch(shape.cpu, 'wrk', args, env), (seconds + 20) * 1000);
   const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
   if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
   const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
@@ -240,12 +185,12 @@ async function autocannon(target: Target, c: Case, seconds: number): Promise<Loa
   // Like wrk, no certificate check on the TLS target.
   const env = { BENCH_OPTS: JSON.stringify(opts), ...(target.tls ? { NODE_TLS_REJECT_UNAUTHORIZED: '0' } : {}) };
   const child = launch('1', process.execPath, ['--input-type=module', '-e', script], env);
-  const r = JSON.parse(await run(child, (seconds + 20) * 1000)) as Record<string, number>;
+  const r = JSON.parse(await runToEnd(child, (seconds + 20) * 1000)) as Record<string, number>;
   return { requests: r.requests!, seconds: r.duration!, errors: r.errors!, non2xx: r.non2xx!, p50Ms: r.p50!, p99Ms: r.p99!, meanMs: r.mean! };
 }
 
 function h2load(target: Target, c: Case, seconds: number): Promise<Load> {
-  const exec = (args: string[]) => run(launch('1', 'h2load', args), (seconds + 20) * 1000);
+  const exec = (args: string[]) => runToEnd(launch('1', 'h2load', args), (seconds + 20) * 1000);
   return runH2load(exec, { url: `${target.url}/v1/chat/completions`, tls: target.tls, seconds, body: c.body, headers: headersFor(target, c), dir: TMP });
 }
 
@@ -272,7 +217,7 @@ async function check(target: Target, c: Case, ca: Buffer | undefined): Promise<v
   }
 }
 
-async function measure(target: Target, c: Case, mock: Server, luaFile: string): Promise<Sample> {
+async function measure(target: Target, c: Case, mock: Process, luaFile: string): Promise<Sample> {
   const load = (seconds: number) =>
     target.protocol === 'h2' ? h2load(target, c, seconds) : WRK ? wrk(target, c, seconds, luaFile) : autocannon(target, c, seconds);
   await load(S.warmupSeconds);

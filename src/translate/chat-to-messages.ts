@@ -7,7 +7,7 @@ import { TranslationError, type Json, type StreamTranslator, type TranslatedRequ
 import { SseParser, formatSse } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
 import { count, given, isObject, nowSeconds } from './json.ts';
-import { compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
+import { anthropicChoice, anthropicTemperature, anthropicTool, anthropicToolChoice, compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
 
 /** Accepted and not sent: no Anthropic equivalent, and leaving them out only loses a hint or a record. */
 const DROPPED = new Set([
@@ -196,22 +196,13 @@ function translateTools(tools: unknown, dropped: Set<string>): Json[] {
       throw new TranslationError(`tools[${i}]`, `tools[${i}]: only function tools are supported when routed to an Anthropic model`);
     }
     if (fn.strict === true) dropped.add('tools[].function.strict');
-    const out: Json = { name: fn.name };
-    if (typeof fn.description === 'string') out.description = fn.description;
-    // Anthropic requires a schema; OpenAI's "no parameters" is the empty object.
-    out.input_schema = isObject(fn.parameters) ? fn.parameters : { type: 'object', properties: {} };
-    return out;
+    return anthropicTool(fn as Json & { name: string });
   });
 }
 
 function translateToolChoice(choice: unknown): Json {
-  if (choice === 'auto') return { type: 'auto' };
-  if (choice === 'required') return { type: 'any' };
-  if (choice === 'none') return { type: 'none' };
-  if (isObject(choice) && choice.type === 'function' && isObject(choice.function) && typeof choice.function.name === 'string') {
-    return { type: 'tool', name: choice.function.name };
-  }
-  throw new TranslationError('tool_choice', "tool_choice: only 'auto', 'required', 'none' or a named function are supported when routed to an Anthropic model");
+  const fn = isObject(choice) && choice.type === 'function' && isObject(choice.function) ? choice.function : undefined;
+  return anthropicChoice(choice, typeof fn?.name === 'string' ? fn.name : undefined);
 }
 
 function translateRequest(body: Json, upstreamModel: string): TranslatedRequest {
@@ -255,16 +246,7 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
   if (system.length > 0) out.system = compact(system);
   out.messages = turns.map((turn) => ({ role: turn.role, content: compact(turn.content) }));
 
-  // Anthropic's 0 to 1 is not OpenAI's 0 to 2 scaled: a value above 1 has no faithful equivalent.
-  // API version 2023-06-01 takes temperature and top_p (some newer models refuse them, or both
-  // together); 2026-10-21 refuses them outright. Either refusal comes back as the provider's 400.
-  if (given(body.temperature)) {
-    const t = body.temperature;
-    if (typeof t !== 'number' || t < 0 || t > 1) {
-      throw new TranslationError('temperature', 'temperature: Anthropic accepts 0 to 1 (OpenAI 0 to 2); send a value from 0 to 1');
-    }
-    out.temperature = t;
-  }
+  if (given(body.temperature)) out.temperature = anthropicTemperature(body.temperature);
   if (given(body.top_p)) out.top_p = body.top_p;
   if (given(body.stop)) {
     const stop = typeof body.stop === 'string' ? [body.stop] : body.stop;
@@ -279,17 +261,7 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
 
   const tools = given(body.tools) ? translateTools(body.tools, dropped) : [];
   if (tools.length > 0) out.tools = tools;
-  let toolChoice = given(body.tool_choice) ? translateToolChoice(body.tool_choice) : undefined;
-  if (tools.length === 0 && toolChoice !== undefined) {
-    // Anthropic refuses tool_choice without tools (an empty list included). 'auto' and 'none' then
-    // mean what no tools mean; requiring a call that cannot be made is refused, as OpenAI does.
-    if (toolChoice.type !== 'auto' && toolChoice.type !== 'none') throw new TranslationError('tool_choice', 'tool_choice requires a call but no tools were given');
-    toolChoice = undefined;
-  }
-  // Without tools there is nothing to run in parallel.
-  if (body.parallel_tool_calls === false && tools.length > 0 && toolChoice?.type !== 'none') {
-    toolChoice = { ...(toolChoice ?? { type: 'auto' }), disable_parallel_tool_use: true };
-  }
+  const toolChoice = anthropicToolChoice(tools, given(body.tool_choice) ? translateToolChoice(body.tool_choice) : undefined, body.parallel_tool_calls);
   if (toolChoice !== undefined) out.tool_choice = toolChoice;
 
   // `safety_identifier` is the successor of `user`; Anthropic has one such field, so `user` wins when both are sent.

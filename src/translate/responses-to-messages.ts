@@ -9,7 +9,7 @@ import { TranslationError, type Json, type StreamTranslator, type TranslatedRequ
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
 import { count, given, isObject, nowSeconds } from './json.ts';
-import { compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
+import { anthropicChoice, anthropicTemperature, anthropicTool, anthropicToolChoice, compact, DEFAULT_MAX_TOKENS, IMAGE_TYPES, textBlock, withCache, type Block } from './anthropic-blocks.ts';
 
 /** Accepted and not sent: no Anthropic equivalent, and leaving them out only loses a hint or a record. */
 const DROPPED = new Set([
@@ -206,20 +206,13 @@ function translateTools(tools: unknown, dropped: Set<string>): Json[] {
     }
     if (typeof tool.name !== 'string') throw new TranslationError(`${param}.name`, `${param}.name must be a string`);
     if (tool.strict === true) dropped.add('tools[].strict');
-    const out: Json = { name: tool.name };
-    if (typeof tool.description === 'string') out.description = tool.description;
-    // Anthropic requires a schema; OpenAI's "no parameters" is the empty object.
-    out.input_schema = isObject(tool.parameters) ? tool.parameters : { type: 'object', properties: {} };
-    return out;
+    return anthropicTool(tool as Json & { name: string });
   });
 }
 
 function translateToolChoice(choice: unknown): Json {
-  if (choice === 'auto') return { type: 'auto' };
-  if (choice === 'required') return { type: 'any' };
-  if (choice === 'none') return { type: 'none' };
-  if (isObject(choice) && choice.type === 'function' && typeof choice.name === 'string') return { type: 'tool', name: choice.name };
-  throw new TranslationError('tool_choice', "tool_choice: only 'auto', 'required', 'none' or a named function are supported when routed to an Anthropic model");
+  const named = isObject(choice) && choice.type === 'function' && typeof choice.name === 'string' ? choice.name : undefined;
+  return anthropicChoice(choice, named);
 }
 
 function translateText(text: unknown, dropped: Set<string>): void {
@@ -278,13 +271,7 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
   if (system.length > 0) out.system = compact(system);
   out.messages = turns.map((turn) => ({ role: turn.role, content: compact(turn.content) }));
 
-  if (given(body.temperature)) {
-    const t = body.temperature;
-    if (typeof t !== 'number' || t < 0 || t > 1) {
-      throw new TranslationError('temperature', 'temperature: Anthropic accepts 0 to 1 (OpenAI 0 to 2); send a value from 0 to 1');
-    }
-    out.temperature = t;
-  }
+  if (given(body.temperature)) out.temperature = anthropicTemperature(body.temperature);
   if (given(body.top_p)) {
     if (typeof body.top_p !== 'number') throw new TranslationError('top_p', 'top_p must be a number');
     out.top_p = body.top_p;
@@ -293,16 +280,7 @@ function translateRequest(body: Json, upstreamModel: string): TranslatedRequest 
 
   const tools = given(body.tools) ? translateTools(body.tools, dropped) : [];
   if (tools.length > 0) out.tools = tools;
-  let toolChoice = given(body.tool_choice) ? translateToolChoice(body.tool_choice) : undefined;
-  if (tools.length === 0 && toolChoice !== undefined) {
-    // Anthropic refuses tool_choice without tools. 'auto' and 'none' then mean what no tools mean;
-    // requiring a call that cannot be made is refused, as OpenAI does.
-    if (toolChoice.type !== 'auto' && toolChoice.type !== 'none') throw new TranslationError('tool_choice', 'tool_choice requires a call but no tools were given');
-    toolChoice = undefined;
-  }
-  if (body.parallel_tool_calls === false && tools.length > 0 && toolChoice?.type !== 'none') {
-    toolChoice = { ...(toolChoice ?? { type: 'auto' }), disable_parallel_tool_use: true };
-  }
+  const toolChoice = anthropicToolChoice(tools, given(body.tool_choice) ? translateToolChoice(body.tool_choice) : undefined, body.parallel_tool_calls);
   if (toolChoice !== undefined) out.tool_choice = toolChoice;
 
   if (given(body.user)) {

@@ -16,7 +16,6 @@ import { ManualClock } from '../../src/lifecycle/clock.ts';
 // Helpers
 
 const NONE: ReadonlySet<number> = new Set();
-const NEVER_TRIP: CooldownSettings = { failures: 0, secs: 0, maxSecs: 0 };
 
 function targets(...spec: [id: string, weight: number, priority?: number][]): BalancedTarget[] {
   return spec.map(([id, weight, priority = 0]) => ({ id, weight, priority }));
