@@ -356,7 +356,7 @@ describe('the retry budget', () => {
 });
 
 describe('routing and the lifecycle', () => {
-  test('a reload that removes a target lets its stream finish; cooldown state survives the reload for a target that did not change', async () => {
+  test('E6: a reload that removes a target lets its stream finish; cooldown state survives the reload for a target that did not change', async () => {
     const config = (models: Record<string, unknown>[]) => ({
       workers: 1,
       listeners: [
@@ -391,7 +391,7 @@ describe('routing and the lifecycle', () => {
     }
   });
 
-  test('a request waiting between attempts counts as in flight: SIGTERM during a backoff lets it finish on the next target, then exit 0', async () => {
+  test('L5/L10: a request waiting between attempts counts as in flight: SIGTERM during a backoff lets it finish on the next target, then exit 0', async () => {
     const gw = await startGateway({
       config: {
         providers: providers(),
