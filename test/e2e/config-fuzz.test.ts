@@ -177,6 +177,33 @@ describe('fuzz: the configuration paths', { skip }, () => {
     await settled();
   });
 
+  test('random key policies (models, expires_at, enabled, metadata) through POST /config/keys: 201 or a 400 naming the field, never a 500', async () => {
+    const statuses = new Map<number, number>();
+    const policy = fc.record(
+      {
+        models: fc.oneof(fc.array(fc.oneof(fc.constantFrom('base', 'gpt-*', '*', ''), fc.string({ maxLength: 20 })), { maxLength: 5 }), fc.jsonValue({ maxDepth: 2 })),
+        expires_at: fc.oneof(fc.constantFrom('2099-01-01', '2099-01-01T00:00:00Z', '2027-02-30', 'next tuesday', '-5', '1.5', '2099-13-01', ''), fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.jsonValue({ maxDepth: 1 })),
+        enabled: fc.oneof(fc.boolean(), fc.constantFrom('true', 'no', 0)),
+        metadata: fc.oneof(fc.dictionary(fc.string({ maxLength: 8 }), fc.string({ maxLength: 8 }), { maxKeys: 3 }), fc.jsonValue({ maxDepth: 2 })),
+      },
+      { requiredKeys: [] },
+    );
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(policy, async (fields) => {
+        const res = await send('POST', '/config/keys', { 'content-type': 'application/json', authorization: `Bearer ${TOKEN}` }, JSON.stringify({ ...fields, name: `fz-key-${n++}` }));
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        assert.ok(res.status === 201 || res.status === 400, `POST /config/keys answered ${res.status}: ${res.body.slice(0, 200)}`);
+        if (res.status === 400) assert.ok((JSON.parse(res.body) as { error: { message: string } }).error.message, res.body);
+      }),
+      { seed: SEED, numRuns: Math.max(20, Math.floor(RUNS / 2)), verbose: 1 },
+    );
+    console.log(`config fuzz, key policies: answers ${JSON.stringify(Object.fromEntries(statuses))}`);
+    assert.ok(statuses.has(400) && statuses.has(201), `both valid and invalid policies were written: ${JSON.stringify(Object.fromEntries(statuses))}`);
+    assert.ok(!gw.logs.some((l) => l.event === 'handler_error'), 'no handler failed');
+    await settled();
+  });
+
   test('random values written straight into etcd: each invalid one rejected alone, the gateway serves on', async () => {
     const seenBefore = gw.logs.filter((l) => l.event === 'resource_rejected').length;
     let written = 0;
