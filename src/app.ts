@@ -11,6 +11,10 @@ import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
+import { Limiter } from './limits/limiter.ts';
+import { openStore } from './limits/open-store.ts';
+import { RedisStore, redisEndpoint } from './limits/redis-store.ts';
+import type { LimitStore } from './limits/store.ts';
 import { STATE_VALUE } from './routing/targets.ts';
 import { AdminRoutes } from './admin/admin.ts';
 import { Listener, type ListenerHandlers } from './server/listener.ts';
@@ -72,6 +76,8 @@ export interface GatewayOptions {
   configSource?: ConfigSourceControl;
   /** The config file's name, for the admin API's answer in file mode (none: the embedded default). */
   configFile?: string;
+  /** Where the limits' counters live, when not where `limits.store` says (a worker's: its supervisor's memory). */
+  limitStore?: LimitStore;
 }
 
 /** What a running gateway knows of an etcd config source. */
@@ -108,6 +114,28 @@ function drainSettings(config: Config): DrainSettings {
   };
 }
 
+/** The process's limiter on the store the config names (or the one given: a worker's, in its supervisor). Store errors are counted always and logged once every 10 s. */
+function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined): Limiter {
+  let lastLogged = -Infinity;
+  const where = config.limits.store === 'redis' ? redisEndpoint(config.limits.redis!.url) : config.limits.store;
+  const logError = (fields: object, error: Error) => {
+    const now = Date.now();
+    if (now - lastLogged < 10_000) return;
+    lastLogged = now;
+    logger.warn({ event: 'limit_store_error', store: where, reason: error.message, ...fields }, `the limit store (${where}) failed: ${error.message}`);
+  };
+  const store = given ?? openStore(config.limits, (error) => logError({ operation: 'connect' }, error));
+  return new Limiter(store, {
+    refused: (key, scope, limit) => metrics.rateLimited.add(1, key, scope, limit),
+    storeError: (operation, outcome, error) => {
+      metrics.limitStoreErrors.labels(operation, outcome).inc();
+      logError({ operation, outcome }, error);
+    },
+    notCommitted: (key, tokens, micros) =>
+      logger.error({ event: 'usage_not_committed', key_name: key, tokens, cost_usd: micros / 1e6 }, `usage of key "${key}" could not be written to the limit store before the exit`),
+  });
+}
+
 export async function startGateway(fullConfig: Config, loggers: Loggers, version: string, options: GatewayOptions = {}): Promise<RunningGateway> {
   const logger = loggers.events;
   const startedAt = Date.now();
@@ -135,6 +163,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         await Promise.allSettled([
           ...[...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())),
           closeSource(),
+          // Usage of the requests that finished is committed to the limit store, then its client closes.
+          limiter.close(SNAPSHOT_FLUSH_MS),
         ]);
         await supervision.stopped();
         flushLogger(logger);
@@ -171,6 +201,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       })),
     ...supervision.metricsSources(),
   });
+  const limiter = createLimiter(config, logger, metrics, options.limitStore);
+  if (limiter.store instanceof RedisStore && !(await limiter.store.ready(config.limits.redis!.connect_timeout_ms))) {
+    logger.warn({ event: 'limit_store_unreachable', store: redisEndpoint(config.limits.redis!.url), on_store_error: config.limits.on_store_error }, 'Redis for the limits cannot be reached yet; limits.on_store_error applies until it can');
+  }
   let gatewayRef: Gateway | undefined;
   // An outage can spend the retry budget on every request: said once a minute per route, counted always.
   const budgetWarned = new Map<string, number>();
@@ -196,6 +230,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   };
   const gateway = new Gateway(createRouting(config, modelListEvents), {
     decision: lifecycle,
+    limiter,
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
     clock: systemClock,

@@ -9,6 +9,8 @@ export type ErrorType =
   | 'request_too_large'
   | 'upstream_error'
   | 'timeout_error'
+  | 'rate_limit_error'
+  | 'insufficient_quota'
   | 'server_error';
 
 /** Whose error shape a caller expects. */
@@ -23,6 +25,8 @@ const ANTHROPIC_TYPES: Readonly<Record<ErrorType, string>> = {
   request_too_large: 'request_too_large',
   upstream_error: 'api_error',
   timeout_error: 'timeout_error',
+  rate_limit_error: 'rate_limit_error',
+  insufficient_quota: 'rate_limit_error',
   server_error: 'api_error',
 };
 
@@ -66,6 +70,12 @@ export const errors = {
   keyExpired: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_expired', `API key "${name}" has expired`),
   keyDisabled: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_disabled', `API key "${name}" is disabled`),
   modelNotAllowed: (model: string, key: string) => new GatewayError(403, 'permission_error', 'model_not_allowed', `API key "${key}" may not use model "${model}"`),
+  /** 429: a rate or concurrency limit; `headers` carry Retry-After and the x-ratelimit-* readings. */
+  rateLimited: (message: string, headers: Record<string, string>) => new GatewayError(429, 'rate_limit_error', 'rate_limit_exceeded', message, headers),
+  /** 429: the key's budget for the period is spent; no SDK retry (x-should-retry: false) before the period ends. */
+  budgetExceeded: (key: string, usd: number, period: string, headers: Record<string, string>) =>
+    new GatewayError(429, 'insufficient_quota', 'budget_exceeded', `API key "${key}" has spent its budget of $${usd} for this ${period}`, headers),
+  limitStoreUnavailable: () => new GatewayError(503, 'server_error', 'limit_store_unavailable', 'the rate limit store cannot be reached and limits.on_store_error is "closed"', { 'retry-after': '1' }),
   bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
   notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${path}`),
   methodNotAllowed: (method: string, path: string, allow: 'GET' | 'POST') =>

@@ -2,7 +2,7 @@
 // match is confirmed with a constant-time comparison of the digests.
 import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { Config } from '../config/schema.ts';
+import type { BudgetConfig, Config, RateLimits } from '../config/schema.ts';
 
 /** A key that was presented and found, with what it may do. */
 export class ClientKey {
@@ -10,11 +10,25 @@ export class ClientKey {
   readonly enabled: boolean;
   /** Epoch ms from which the key is refused; undefined: never. */
   readonly expiresAt: number | undefined;
+  /** Its rate limits (its own, and per model): the limiter reads them. */
+  readonly limits: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
+  readonly budget: BudgetConfig | undefined;
   readonly #exact: ReadonlySet<string> | undefined;
   readonly #prefixes: readonly string[];
 
-  constructor(name: string, policy: { models?: readonly string[] | undefined; expires_at?: string | undefined; enabled?: boolean | undefined } = {}) {
+  constructor(
+    name: string,
+    policy: {
+      models?: readonly string[] | undefined;
+      expires_at?: string | undefined;
+      enabled?: boolean | undefined;
+      limits?: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
+      budget?: BudgetConfig | undefined;
+    } = {},
+  ) {
     this.name = name;
+    this.limits = policy.limits;
+    this.budget = policy.budget;
     this.enabled = policy.enabled !== false;
     this.expiresAt = policy.expires_at === undefined ? undefined : Date.parse(policy.expires_at);
     const models = policy.models;

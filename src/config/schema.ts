@@ -175,6 +175,26 @@ export function modelTargets(model: { provider?: string | undefined; upstream_mo
   return [{ provider: model.provider!, model: model.upstream_model, weight: 1, priority: 0, headers: {} }];
 }
 
+/** Rate limits of one scope (a key, a model, the whole gateway); each absent means no limit. */
+const rateFields = {
+  /** Requests per minute: a bucket of this many that refills continuously (rpm/60 per second). */
+  rpm: fromEnv(z.number().int().positive('expected a whole number of requests per minute > 0')).optional(),
+  /** Tokens (prompt + completion) per minute: the same bucket, reserved at the start and settled with the real usage. */
+  tpm: fromEnv(z.number().int().positive('expected a whole number of tokens per minute > 0')).optional(),
+  /** Requests in progress at once (streams until their last byte). */
+  concurrent: fromEnv(z.number().int().positive('expected a whole number of concurrent requests > 0')).optional(),
+};
+export const rateLimitsSchema = z.strictObject(rateFields);
+export type RateLimits = z.infer<typeof rateLimitsSchema>;
+/** A key's limits: its own, and per model (by the configured model entry's name) for this key. */
+const keyLimits = z.strictObject({ ...rateFields, models: z.record(z.string().min(1), rateLimitsSchema).optional() });
+/** What a key may spend, in US dollars, per calendar day or month (UTC), priced with `prices`. */
+const budget = z.strictObject({
+  usd: fromEnv(z.number().positive('expected a budget in US dollars > 0')),
+  period: z.enum(['day', 'month']).default('month'),
+});
+export type BudgetConfig = z.infer<typeof budget>;
+
 const KEY_SHA256 = /^[A-Za-z0-9+/]{43}=$/;
 /** What a named key may do, beside the key itself (the same in the file, in etcd and through the admin API). */
 const keyPolicy = {
@@ -191,6 +211,10 @@ const keyPolicy = {
   enabled: fromEnv(z.boolean()).optional(),
   /** Free labels (team, app): in the admin API, not in metrics. */
   metadata: z.record(z.string(), z.string()).optional(),
+  /** Requests, tokens and concurrency allowed to this key (docs/keys-and-limits.md). */
+  limits: keyLimits.optional(),
+  /** Spend allowed to this key per day or month. */
+  budget: budget.optional(),
 };
 /** A client key: the key itself, or (as the admin API stores them) only its SHA-256 digest, base64. */
 const rawKey = z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters'), ...keyPolicy });
@@ -314,6 +338,44 @@ const routing = z.strictObject({
   min_retry_concurrency: fromEnv(z.number().int().nonnegative()).default(3),
 });
 
+const redis = z.strictObject({
+  /** redis://[user:password@]host:port[/db] or rediss:// (TLS). Never logged whole (it may hold a password). */
+  url: z.string().regex(/^rediss?:\/\/[^\s]+$/, 'expected a Redis URL such as redis://127.0.0.1:6379'),
+  /** Every key Sluice writes starts with this. */
+  key_prefix: z.string().default('sluice:'),
+  /** A command not answered by then fails (and on_store_error decides). */
+  command_timeout_ms: fromEnv(z.number().int().positive()).default(250),
+  connect_timeout_ms: fromEnv(z.number().int().positive()).default(2000),
+});
+
+const limits = z.strictObject({
+  /** Where the counters live: `memory` (this instance; shared by its workers) or `redis` (every instance using it). Read at start. */
+  store: z.enum(['memory', 'redis']).default('memory'),
+  redis: redis.optional(),
+  /** When the store cannot be reached: `open` lets requests through uncounted, `closed` refuses them (503). Logged and counted either way. */
+  on_store_error: z.enum(['open', 'closed']).default('open'),
+  /** A request's place in a concurrency limit is a lease renewed while it runs: a process killed mid-request gives it back after this long. */
+  lease_secs: fromEnv(z.number().positive()).default(30),
+  /** Completion tokens reserved for a request that sets no max_tokens (settled with the real usage when it ends). */
+  estimate_output_tokens: fromEnv(z.number().int().nonnegative()).default(500),
+  /** Limits on the whole gateway (every instance sharing the store). */
+  global: rateLimitsSchema.optional(),
+  /** Limits per model, by the configured model entry's name, across every key. */
+  models: z.record(z.string().min(1), rateLimitsSchema).default({}),
+});
+export type LimitsConfig = z.infer<typeof limits>;
+
+/** A model's price in US dollars per million tokens. */
+const price = z.strictObject({
+  input: fromEnv(z.number().nonnegative()),
+  output: fromEnv(z.number().nonnegative()),
+  /** Prompt tokens read from the provider's cache; default: the input price. */
+  cached_input: fromEnv(z.number().nonnegative()).optional(),
+  /** Prompt tokens written to the cache (Anthropic); default: the input price. */
+  cache_write: fromEnv(z.number().nonnegative()).optional(),
+});
+export type PriceConfig = z.infer<typeof price>;
+
 const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
 
 const admin = z.strictObject({
@@ -350,6 +412,9 @@ export const configSchema = z
     downstream: downstream.default(downstream.parse({})),
     upstream: upstream.default(upstream.parse({})),
     routing: routing.default(routing.parse({})),
+    limits: limits.default(limits.parse({})),
+    /** Prices per model (the upstream model's name, or a prefix of it): these replace the shipped table's. */
+    prices: z.record(z.string().min(1), price).default({}),
     log: log.default(log.parse({})),
     admin: admin.default(admin.parse({})),
     hot_restart: hotRestart.default(hotRestart.parse({})),
@@ -400,6 +465,10 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   }
   if (Array.isArray(config.listeners) && listeners.length > 0 && !listeners.some((l) => l?.role === 'proxy')) {
     ctx.addIssue({ code: 'custom', path: ['listeners'], message: 'expected at least one listener with role "proxy"' });
+  }
+  const limitSettings = config.limits as Record<string, unknown> | undefined;
+  if (limitSettings?.store === 'redis' && limitSettings.redis === undefined) {
+    ctx.addIssue({ code: 'custom', path: ['limits', 'redis'], message: 'limits.store "redis" needs limits.redis.url' });
   }
   const adminSettings = config.admin as Record<string, unknown> | undefined;
   if (adminSettings?.allow_non_loopback !== true) {

@@ -29,6 +29,8 @@ export interface Prepared {
   readonly request: ProviderRequest;
   readonly translation: Translation | undefined;
   readonly dropped: readonly string[];
+  /** The stream's usage was asked for by the gateway, not the client: it is taken out of what the client gets. */
+  readonly stripUsage: boolean;
 }
 
 /** Why an attempt failed, and what it leaves to return if it was the last. */

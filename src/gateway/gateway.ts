@@ -7,11 +7,12 @@ import { createProviders } from '../providers/registry.ts';
 import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
-import { ClientKeys } from '../auth/keys.ts';
+import { ClientKeys, type ClientKey } from '../auth/keys.ts';
+import { LimitPolicy, type Limiter } from '../limits/limiter.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
-import { authError, errors, type ErrorDialect } from '../api/errors.ts';
+import { authError, errors, GatewayError, type ErrorDialect } from '../api/errors.ts';
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
 import { RoutedExchange, type ExchangeEnvironment } from './routed-exchange.ts';
@@ -29,6 +30,8 @@ export interface Routing {
   readonly targets: TargetStates;
   readonly cooldown: CooldownSettings;
   readonly retryBudget: { readonly percent: number; readonly minConcurrency: number };
+  /** Limits, budgets and prices of this config. */
+  readonly limits: LimitPolicy;
 }
 
 export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
@@ -47,6 +50,7 @@ export function createRouting(config: Config, events: ModelListEvents, previous?
     bodyLimit: config.downstream.request_body_limit_bytes,
     models: new ModelCatalog(router, providers, events),
     pending: config.resources_pending,
+    limits: new LimitPolicy(config),
   };
 }
 
@@ -75,7 +79,7 @@ function dialectOf(ctx: RequestContext, spec: EndpointSpec | undefined): ErrorDi
   return ctx.req.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
 }
 
-export type GatewayEnvironment = RelayEnvironment & ExchangeEnvironment;
+export type GatewayEnvironment = RelayEnvironment & ExchangeEnvironment & { readonly limiter: Limiter };
 
 export class Gateway {
   #routing: Routing;
@@ -123,8 +127,9 @@ export class Gateway {
     }
     if (!spec) return sendError(ctx, this.#env.decision, errors.notFound(path));
     if (req.method !== 'POST') return sendError(ctx, this.#env.decision, errors.methodNotAllowed(req.method ?? '', path, 'POST'));
-    if (!this.#authorize(ctx, routing)) return;
-    this.#settle(ctx, this.#forward(ctx, spec, routing, path));
+    const key = this.#authorize(ctx, routing);
+    if (!key) return;
+    this.#settle(ctx, this.#forward(ctx, spec, routing, path, key));
   }
 
   #settle(ctx: RequestContext, work: Promise<void>): void {
@@ -162,19 +167,19 @@ export class Gateway {
     sendError(ctx, decision, found.missing === 'unrouted' ? errors.unknownModel(id) : errors.modelNotOffered(id, found.provider));
   }
 
-  #authorize(ctx: RequestContext, routing: Routing): boolean {
+  #authorize(ctx: RequestContext, routing: Routing): ClientKey | undefined {
     const auth = routing.keys.check(ctx.req.headers);
     if (auth.ok) {
       ctx.key = auth.key;
-      return true;
+      return auth.key;
     }
     if (auth.keyName !== undefined) ctx.keyName = auth.keyName;
     sendError(ctx, this.#env.decision, authError(auth.reason, auth.keyName));
     discardRest(ctx.req);
-    return false;
+    return undefined;
   }
 
-  async #forward(ctx: RequestContext, spec: EndpointSpec, routing: Routing, path: string): Promise<void> {
+  async #forward(ctx: RequestContext, spec: EndpointSpec, routing: Routing, path: string, key: ClientKey): Promise<void> {
     const decision = this.#env.decision;
     const read = await readBody(ctx.req, routing.bodyLimit);
     if (!read.ok) {
@@ -197,6 +202,26 @@ export class Gateway {
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;
     ctx.provider = route.provider;
+    const policy = routing.limits;
+    const admitting = this.#env.limiter.admit({
+      policy,
+      key,
+      model: route.entry,
+      generates: spec.endpoint !== 'embeddings' && spec.endpoint !== 'count_tokens',
+      json: body,
+      bodyBytes: read.body.length,
+      id: ctx.id,
+    });
+    const admission = admitting instanceof Promise ? await admitting : admitting;
+    if (admission instanceof GatewayError) return sendError(ctx, decision, admission);
+    if (admission.headers !== undefined) ctx.responseHeaders = admission.headers;
+    // Settled when the response closes (or now, if the client left while the limits were checked).
+    ctx.whenFinished((status) => {
+      const usage = ctx.usage;
+      const cost = usage === undefined ? undefined : policy.prices.costMicros(usage, [ctx.upstreamModel, ctx.model]);
+      ctx.costMicros = cost;
+      admission.finish(usage, cost, ctx.res.headersSent && status < 400);
+    });
     if (ctx.res.destroyed) return;
     const relay = new ResponseRelay(ctx, this.#env, ctx.dialect);
     const exchange = new RoutedExchange(

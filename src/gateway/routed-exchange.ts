@@ -17,6 +17,7 @@ import { TranslationError, type Json, type StreamTranslator } from '../translate
 import { translationFor } from '../translate/registry.ts';
 import { Attempt, type AttemptOwner, type Failure, type Prepared } from './attempt.ts';
 import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
+import { UsageStripper, withStreamUsage } from './stream-usage.ts';
 
 const BLANK_LINE = Buffer.from('\n\n');
 /** The failures a stream can have after its headers and before its first content. */
@@ -164,6 +165,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     this.#tried.add(prepared.index);
     this.#attempts++;
     this.#req.ctx.provider = prepared.provider.name;
+    this.#req.ctx.upstreamModel = prepared.target.model ?? this.#req.ctx.model;
     prepared.state.begin(this.#env.clock.now());
     const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream, this.#stream && this.#mayTryAgain(prepared.index));
     this.#current = attempt;
@@ -202,15 +204,17 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     if (provider.supports(endpoint)) {
       let body = bytes;
       let parsed = json;
-      if (upstreamModel !== json.model) {
-        parsed = { ...json, model: upstreamModel };
+      // Usage of every OpenAI chat stream is asked for (limits, spend) and hidden again if the client did not ask.
+      const asked = endpoint === 'chat' && provider.type !== 'anthropic' ? withStreamUsage(json) : undefined;
+      if (upstreamModel !== json.model || asked) {
+        parsed = { ...(asked ?? json), model: upstreamModel };
         try {
           body = Buffer.from(JSON.stringify(parsed));
         } catch {
           return errors.tooDeep();
         }
       }
-      prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: [] };
+      prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: [], stripUsage: asked !== undefined };
     } else {
       const translation = translationFor(endpoint, provider.type, json);
       if (!translation || !provider.supports(translation.translator.to)) {
@@ -231,6 +235,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
             request: { requestId: base.requestId, headers: translatedHeaders, endpoint: translation.translator.to, body, json: out.body },
             translation,
             dropped: out.dropped,
+            stripUsage: false,
           };
         } catch (error) {
           if (error instanceof TranslationError) prepared = errors.untranslatable(error.param, error.message, provider.name, provider.type);
@@ -434,6 +439,10 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
         this.#heldStart = { status, headers: out };
         return;
       }
+    }
+    if (prepared.stripUsage && sse) {
+      delete out['content-length'];
+      this.#translator = new UsageStripper();
     }
     if (prepared.dropped.length > 0) out['sluice-dropped-params'] = prepared.dropped.join(', ');
     this.#downstream.onResponseStart(this, status, out, '');

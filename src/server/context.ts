@@ -17,8 +17,13 @@ export interface KeyGrant {
 const OPEN: KeyGrant = { name: '', allows: () => true };
 
 export interface Usage {
+  /** Every prompt token, cached ones included. */
   prompt: number;
   completion: number;
+  /** Prompt tokens read from the provider's cache. */
+  cached?: number;
+  /** Prompt tokens written to the cache (Anthropic). */
+  cacheWrite?: number;
 }
 
 /**
@@ -61,6 +66,30 @@ export class ExchangeContext {
 
   /** Upstream attempts made (retries and fallbacks included); 0 when none was needed. */
   attempts = 0;
+  /** The model the provider was asked for (a target's model, or the client's name). */
+  upstreamModel = '';
+  /** What the request cost, in micro-dollars, when its model has a price. */
+  costMicros: number | undefined = undefined;
+  #onFinish: ((status: number) => void) | undefined = undefined;
+  #finishedWith: number | undefined = undefined;
+
+  /**
+   * `settle` runs once when the exchange is finished (before it leaves in-flight, so what it
+   * starts is waited for by the drain): at once when it already is.
+   */
+  whenFinished(settle: (status: number) => void): void {
+    if (this.#finishedWith !== undefined) return settle(this.#finishedWith);
+    this.#onFinish = settle;
+  }
+
+  /** Called once by the exchange recorder. */
+  finished(status: number): void {
+    if (this.#finishedWith !== undefined) return;
+    this.#finishedWith = status;
+    const settle = this.#onFinish;
+    this.#onFinish = undefined;
+    settle?.(status);
+  }
 
   constructor(req: IncomingMessage, listener: string, connection: TrackedConnection | undefined) {
     this.req = req;
@@ -96,6 +125,8 @@ export class RequestContext extends ExchangeContext {
   forceEnder: ForceEndable | undefined = undefined;
   /** Whose error shape the caller expects: Anthropic's on its routes and for its clients. */
   dialect: ErrorDialect = 'openai';
+  /** Headers every response to this request carries (the limiter's x-ratelimit-*). */
+  responseHeaders: Readonly<Record<string, string>> | undefined = undefined;
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);

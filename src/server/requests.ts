@@ -32,6 +32,12 @@ export interface RequestServices {
 export function createExchangeRecorder(services: RequestServices) {
   const { lifecycle, metrics, accessLog } = services;
   return function recordFinished(ctx: ExchangeContext, status: number): void {
+    try {
+      // What the request holds (limits, usage to commit) is given back before it leaves in-flight.
+      ctx.finished(status);
+    } catch (error) {
+      services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'settling a finished request failed');
+    }
     lifecycle.requestFinished(ctx.connection);
     try {
       metrics.inFlight.add(-1, ctx.endpoint, ctx.protocol);
@@ -61,6 +67,7 @@ export function createExchangeRecorder(services: RequestServices) {
       usage: ctx.usage,
       attempts: ctx.attempts,
       keyName: ctx.keyName,
+      costMicros: ctx.costMicros,
     });
   }
 }

@@ -19,6 +19,7 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
       connection.protocol.retire();
     }
   }
+  if (ctx.responseHeaders !== undefined) Object.assign(headers, ctx.responseHeaders);
   headers['x-request-id'] = ctx.id;
   res.writeHead(status, headers);
 }

@@ -19,11 +19,13 @@ export interface FinishedRequest {
   listener: string;
   protocol: string;
   errorCode: string;
-  usage: { prompt: number; completion: number } | undefined;
+  usage: { prompt: number; completion: number; cached?: number } | undefined;
   /** Upstream attempts (retries and fallbacks included); logged when more than one. */
   attempts?: number;
   /** The client key's name ('' when no key was presented or none is configured): never the key. */
   keyName?: string;
+  /** What the request cost (usage × price), micro-dollars; undefined when its model has no price. */
+  costMicros?: number | undefined;
 }
 
 export class AccessLog {
@@ -50,6 +52,7 @@ export class AccessLog {
       m.tokens.add(r.usage.prompt, r.modelEntry, r.provider, 'prompt', r.keyName ?? '');
       m.tokens.add(r.usage.completion, r.modelEntry, r.provider, 'completion', r.keyName ?? '');
     }
+    if (r.costMicros !== undefined && r.costMicros > 0) m.spend.add(r.costMicros, r.modelEntry, r.keyName ?? '');
     if (!this.#logger) return;
     writeInfo(this.#logger, {
       event: 'access',
@@ -69,6 +72,8 @@ export class AccessLog {
       attempts: r.attempts !== undefined && r.attempts > 1 ? r.attempts : undefined,
       prompt_tokens: r.usage?.prompt,
       completion_tokens: r.usage?.completion,
+      cached_tokens: r.usage?.cached || undefined,
+      cost_usd: r.costMicros === undefined ? undefined : r.costMicros / 1e6,
     });
   }
 }

@@ -73,6 +73,12 @@ export class Metrics {
   readonly retries = new HotValues(['model', 'kind']);
   /** Counter sluice_tokens_total: model, provider, type, key. */
   readonly tokens = new HotValues(['model', 'provider', 'type', 'key']);
+  /** Counter sluice_spend_usd_total: model, key (micro-dollars added; exposed in dollars). */
+  readonly spend = new HotValues(['model', 'key']);
+  /** Counter sluice_rate_limited_total: key, scope (global, model, key, key_model), limit (requests, tokens, concurrent, budget). */
+  readonly rateLimited = new HotValues(['key', 'scope', 'limit']);
+  /** Counter sluice_limit_store_errors_total: operation (acquire, settle, renew), outcome. */
+  readonly limitStoreErrors: Counter<'operation' | 'outcome'>;
   readonly connectionsClosed: Counter<'listener' | 'reason'>;
   readonly connectionsAccepted: Counter<'listener'>;
   readonly connectionsRejected: Counter<'listener'>;
@@ -172,6 +178,33 @@ export class Metrics {
         this.reset();
         for (const c of tokens.cells()) this.inc(c.labels, c.value);
       },
+    });
+    const { spend, rateLimited } = this;
+    new Counter({
+      name: 'sluice_spend_usd_total',
+      help: 'What requests cost in US dollars (usage × the price table), by model and client key name.',
+      labelNames: ['model', 'key'],
+      registers,
+      collect() {
+        this.reset();
+        for (const c of spend.cells()) this.inc(c.labels, c.value / 1e6);
+      },
+    });
+    new Counter({
+      name: 'sluice_rate_limited_total',
+      help: 'Requests refused by a limit, by client key name, scope (global, model, key, key_model) and limit (requests, tokens, concurrent, budget).',
+      labelNames: ['key', 'scope', 'limit'],
+      registers,
+      collect() {
+        this.reset();
+        for (const c of rateLimited.cells()) this.inc(c.labels, c.value);
+      },
+    });
+    this.limitStoreErrors = new Counter({
+      name: 'sluice_limit_store_errors_total',
+      help: 'Operations the limit store could not do, by operation (acquire, settle, renew) and outcome (allowed, refused, retried, lost).',
+      labelNames: ['operation', 'outcome'],
+      registers,
     });
     this.connectionsClosed = new Counter({
       name: 'sluice_connections_closed_total',

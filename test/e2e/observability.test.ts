@@ -276,14 +276,17 @@ describe('/metrics', () => {
       assert.deepEqual(await tokens('gpt-sse-usage', 'up'), { prompt: 11, completion: 7 });
     });
 
-    test('nothing is counted for a stream without usage', async () => {
-      const res = await post('/v1/chat/completions', chat('gpt-sse-no-usage', { stream: true }));
+    test('a stream whose client did not ask for usage is counted, and the client gets none', async () => {
+      const res = await post('/v1/chat/completions', chat('gpt-sse-no-usage', { stream: true }), mockHeader({ sseIntervalMs: 5 }));
       assert.equal(res.status, 200);
-      assert.doesNotMatch(await res.text(), /"usage"/);
+      const text = await res.text();
+      // The gateway asked the provider for it and took it out again: no usage chunk, no "usage":null.
+      assert.doesNotMatch(text, /"usage"/);
+      assert.match(text, /"finish_reason":"stop"[\s\S]*data: \[DONE\]\n\n$/);
       const line = await accessLine(res);
-      assert.equal(line.prompt_tokens, undefined);
-      assert.equal(line.completion_tokens, undefined);
-      assert.deepEqual(await tokens('gpt-sse-no-usage', 'up'), { prompt: undefined, completion: undefined });
+      assert.equal(line.prompt_tokens, 11);
+      assert.equal(line.completion_tokens, 7);
+      assert.deepEqual(await tokens('gpt-sse-no-usage', 'up'), { prompt: 11, completion: 7 });
     });
 
     test('from an Anthropic message and an Anthropic stream (message_start + message_delta)', async () => {

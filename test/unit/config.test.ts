@@ -64,6 +64,8 @@ describe('defaults', () => {
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       routing: { cooldown_failures: 3, cooldown_secs: 30, cooldown_max_secs: 300, retry_budget_percent: 20, min_retry_concurrency: 3 },
+      limits: { store: 'memory', on_store_error: 'open', lease_secs: 30, estimate_output_tokens: 500, models: {} },
+      prices: {},
       log: { level: 'info', access_log: true, format: 'auto' },
       admin: { allow_non_loopback: false, tokens: [] },
       hot_restart: { enabled: false, start_timeout_secs: 60 },

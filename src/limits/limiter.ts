@@ -1,0 +1,362 @@
+// Which limits a request falls under, and the store asked once for all of them. A request that
+// passes holds an Admission: its token reservation, its concurrency lease (renewed while it runs)
+// and its budget, settled with the real usage when it finishes. Settlements that the store could
+// not take are retried, and the drain waits for them (L9) before the store is closed.
+import type { BudgetConfig, Config, LimitsConfig, RateLimits } from '../config/schema.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
+import type { Usage } from '../server/context.ts';
+import { Prices } from './prices.ts';
+import { StoreUnavailable, type Ask, type BucketReading, type LimitKind, type LimitStore, type RateBucket, type Renewal, type Settlement, type Verdict } from './store.ts';
+
+export type Scope = 'global' | 'model' | 'key' | 'key_model';
+
+/** The limits of one reload: what `limits`, `prices` and each key's `limits`/`budget` say. */
+export class LimitPolicy {
+  readonly settings: LimitsConfig;
+  readonly prices: Prices;
+
+  constructor(config: Pick<Config, 'limits' | 'prices'>) {
+    this.settings = config.limits;
+    this.prices = new Prices(config.prices);
+  }
+}
+
+/** The key a request presented, as the limiter sees it. */
+export interface LimitedKey {
+  readonly name: string;
+  readonly limits?: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
+  readonly budget?: BudgetConfig | undefined;
+}
+
+export interface AdmitRequest {
+  readonly policy: LimitPolicy;
+  readonly key: LimitedKey;
+  /** The configured model entry the request matched. */
+  readonly model: string;
+  /** Embeddings and token counts produce no completion tokens. */
+  readonly generates: boolean;
+  readonly json: Record<string, unknown>;
+  readonly bodyBytes: number;
+  /** Unique per request: the lease id. */
+  readonly id: string;
+}
+
+export interface LimitEvents {
+  refused(key: string, scope: Scope, limit: LimitKind): void;
+  storeError(operation: 'acquire' | 'settle' | 'renew', outcome: 'allowed' | 'refused' | 'retried' | 'lost', error: Error): void;
+  /** A settlement the store never took (it was away until the exit): its usage, for the record. */
+  notCommitted(key: string, tokens: number, micros: number): void;
+}
+
+interface Applied {
+  readonly scope: Scope;
+  readonly label: string;
+  readonly bucket: RateBucket;
+}
+
+/** A request let through: what it holds, given back by `finish`. */
+export interface Admission {
+  /** x-ratelimit-* for the response (empty when no rate limit applies). */
+  readonly headers: Readonly<Record<string, string>>;
+  /** The request ended; `usage` is what the provider reported (undefined: nothing reported). */
+  finish(usage: Usage | undefined, costMicros: number | undefined, answered: boolean): void;
+}
+
+const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+
+/** Nothing to take or give back: no limit and no budget applies. */
+export const UNLIMITED: Admission = { headers: NO_HEADERS, finish() {} };
+
+const MAX_RETRY_QUEUE = 10_000;
+
+export class Limiter {
+  readonly #store: LimitStore;
+  readonly #events: LimitEvents;
+  readonly #now: () => number;
+  /** Leases held by requests in progress: renewed every lease/3. */
+  readonly #held = new Map<string, Renewal>();
+  #leaseMs = 30_000;
+  #renewTimer: NodeJS.Timeout | undefined;
+  readonly #pending = new Set<Promise<void>>();
+  #retry: Settlement[] = [];
+  #retryTimer: NodeJS.Timeout | undefined;
+  #closed = false;
+
+  constructor(store: LimitStore, events: LimitEvents, now: () => number = Date.now) {
+    this.#store = store;
+    this.#events = events;
+    this.#now = now;
+  }
+
+  get store(): LimitStore {
+    return this.#store;
+  }
+
+  /** Settlements in progress or waiting to be retried. */
+  get unsettled(): number {
+    return this.#pending.size + this.#retry.length;
+  }
+
+  /**
+   * Synchronous when nothing applies (the common case costs no promise) or the store answers at
+   * once (memory); a promise for Redis.
+   */
+  admit(request: AdmitRequest): Admission | GatewayError | Promise<Admission | GatewayError> {
+    const { policy, key, model } = request;
+    const s = policy.settings;
+    const scopes: [Scope, string, RateLimits | undefined][] = [
+      ['global', 'g', s.global],
+      ['model', `m:${model}`, s.models[model]],
+      ['key', `k:${key.name}`, key.limits],
+      ['key_model', `km:${key.name}:${model}`, key.limits?.models?.[model]],
+    ];
+    const requests: Applied[] = [];
+    const tokens: Applied[] = [];
+    const concurrency: { scope: Scope; id: string; max: number }[] = [];
+    for (const [scope, id, limits] of scopes) {
+      if (limits === undefined) continue;
+      if (limits.rpm !== undefined) requests.push({ scope, label: id, bucket: { id: `${id}:rpm`, capacity: limits.rpm } });
+      if (limits.tpm !== undefined) tokens.push({ scope, label: id, bucket: { id: `${id}:tpm`, capacity: limits.tpm } });
+      if (limits.concurrent !== undefined) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
+    }
+    const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
+    const cost = tokens.length === 0 ? 0 : estimateTokens(request, s.estimate_output_tokens);
+    const ask: Ask = {
+      requests: requests.map((a) => a.bucket),
+      tokens: tokens.map((a) => a.bucket),
+      cost,
+      concurrency: concurrency.map(({ id, max }) => ({ id, max })),
+      budgets: budget ? [budget] : [],
+      lease: request.id,
+      leaseMs: s.lease_secs * 1000,
+    };
+    this.#leaseMs = ask.leaseMs;
+    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency);
+    let answer: Verdict | Promise<Verdict>;
+    try {
+      answer = this.#store.acquire(ask);
+    } catch (error) {
+      return this.#unavailable(request, ask, error);
+    }
+    if (!(answer instanceof Promise)) return decide(answer);
+    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error));
+  }
+
+  #decide(request: AdmitRequest, ask: Ask, verdict: Verdict, requests: Applied[], tokens: Applied[], concurrency: { scope: Scope; id: string; max: number }[]): Admission | GatewayError {
+    const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
+    if (!verdict.ok) {
+      const { key } = request;
+      if (verdict.limit === 'budget') {
+        this.#events.refused(key.name, 'key', 'budget');
+        const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
+        return errors.budgetExceeded(key.name, key.budget!.usd, key.budget!.period, { ...headers, 'retry-after': String(seconds), 'x-should-retry': 'false' });
+      }
+      const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
+      const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
+      this.#events.refused(key.name, scope, verdict.limit);
+      const ms = Math.max(1, verdict.retryAfterMs);
+      const what =
+        verdict.limit === 'requests'
+          ? `${refusedBy!.bucket.capacity} requests per minute`
+          : verdict.limit === 'tokens'
+            ? `${refusedBy!.bucket.capacity} tokens per minute (this request reserves ${ask.cost})`
+            : `${concurrency[verdict.index]!.max} concurrent requests`;
+      const message = `Rate limit reached for ${scopeWords(scope, key.name, request.model)}: ${what}. Try again in ${formatDuration(ms)}.`;
+      return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
+    }
+    return this.#admission(request, ask, headers, true);
+  }
+
+  /** The store did not answer: on_store_error says whether the request goes on (uncounted, its spend still recorded) or is refused. */
+  #unavailable(request: AdmitRequest, ask: Ask, error: unknown): Admission | GatewayError {
+    if (!(error instanceof StoreUnavailable)) throw error;
+    const open = request.policy.settings.on_store_error === 'open';
+    this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
+    if (!open) return errors.limitStoreUnavailable();
+    return this.#admission(request, ask, NO_HEADERS, false);
+  }
+
+  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean): Admission {
+    const concurrency = taken ? ask.concurrency.map((c) => c.id) : [];
+    if (concurrency.length > 0) this.#hold(ask.lease, concurrency);
+    let done = false;
+    return {
+      headers,
+      finish: (usage, costMicros, answered) => {
+        if (done) return;
+        done = true;
+        if (concurrency.length > 0) this.#release(ask.lease);
+        // Unknown usage: an answer that went out keeps its reservation; a failure gives it back.
+        const used = usage ? usage.prompt + usage.completion : answered ? ask.cost : 0;
+        const spend = ask.budgets.length > 0 && costMicros !== undefined && costMicros > 0 ? ask.budgets.map((b) => ({ id: b.id, micros: costMicros, resetAt: b.resetAt })) : [];
+        const tokens = taken ? ask.tokens : [];
+        const refund = tokens.length > 0 ? ask.cost - used : 0;
+        if (refund === 0 && concurrency.length === 0 && spend.length === 0) return;
+        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend });
+      },
+    };
+  }
+
+  #settle(settlement: Settlement): void {
+    let result: void | Promise<void>;
+    try {
+      result = this.#store.settle(settlement);
+    } catch (error) {
+      return this.#settleFailed(settlement, error);
+    }
+    if (!(result instanceof Promise)) return;
+    const pending: Promise<void> = result.then(
+      () => {
+        this.#pending.delete(pending);
+      },
+      (error: unknown) => {
+        this.#pending.delete(pending);
+        this.#settleFailed(settlement, error);
+      },
+    );
+    this.#pending.add(pending);
+  }
+
+  #settleFailed(settlement: Settlement, error: unknown): void {
+    const failure = error instanceof Error ? error : new Error(String(error));
+    if (this.#closed || this.#retry.length >= MAX_RETRY_QUEUE) {
+      this.#events.storeError('settle', 'lost', failure);
+      this.#lost(settlement);
+      return;
+    }
+    this.#events.storeError('settle', 'retried', failure);
+    this.#retry.push(settlement);
+    this.#retryTimer ??= setTimeout(() => {
+      this.#retryTimer = undefined;
+      this.#retrySettlements();
+    }, 1000).unref();
+  }
+
+  #retrySettlements(): void {
+    const queued = this.#retry;
+    this.#retry = [];
+    for (const settlement of queued) this.#settle(settlement);
+  }
+
+  #lost(s: Settlement): void {
+    this.#events.notCommitted(s.key, s.used, s.spend[0]?.micros ?? 0);
+  }
+
+  #hold(lease: string, concurrency: readonly string[]): void {
+    this.#held.set(lease, { lease, concurrency });
+    if (this.#renewTimer === undefined) {
+      const every = Math.max(50, Math.floor(this.#leaseMs / 3));
+      this.#renewTimer = setInterval(() => this.#renew(), every).unref();
+    }
+  }
+
+  #release(lease: string): void {
+    this.#held.delete(lease);
+    if (this.#held.size === 0 && this.#renewTimer !== undefined) {
+      clearInterval(this.#renewTimer);
+      this.#renewTimer = undefined;
+    }
+  }
+
+  #renew(): void {
+    if (this.#held.size === 0) return;
+    const renewals = [...this.#held.values()];
+    const report = (error: unknown) => this.#events.storeError('renew', 'retried', error instanceof Error ? error : new Error(String(error)));
+    try {
+      const result = this.#store.renew(renewals, this.#leaseMs);
+      if (result instanceof Promise) result.catch(report);
+    } catch (error) {
+      report(error);
+    }
+  }
+
+  /**
+   * L9: called once nothing is in flight. Settlements still out get until `timeoutMs` (the queue
+   * is retried once more); what the store never took is logged with its usage; then the store closes.
+   */
+  async close(timeoutMs: number): Promise<void> {
+    if (this.#renewTimer !== undefined) clearInterval(this.#renewTimer);
+    this.#renewTimer = undefined;
+    const deadline = this.#now() + timeoutMs;
+    while ((this.#pending.size > 0 || this.#retry.length > 0) && this.#now() < deadline) {
+      if (this.#retryTimer !== undefined) {
+        clearTimeout(this.#retryTimer);
+        this.#retryTimer = undefined;
+      }
+      this.#retrySettlements();
+      if (this.#pending.size === 0) break;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.allSettled([...this.#pending]), new Promise((resolve) => (timer = setTimeout(resolve, Math.max(0, deadline - this.#now()))))]);
+      clearTimeout(timer);
+      if (this.#retry.length > 0) await new Promise((resolve) => setTimeout(resolve, Math.min(200, Math.max(0, deadline - this.#now()))));
+    }
+    this.#closed = true;
+    if (this.#retryTimer !== undefined) clearTimeout(this.#retryTimer);
+    for (const settlement of this.#retry) this.#lost(settlement);
+    this.#retry = [];
+    await this.#store.close();
+  }
+}
+
+/** The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the completion's maximum. */
+export function estimateTokens(request: Pick<AdmitRequest, 'json' | 'bodyBytes' | 'generates'>, defaultOutput: number): number {
+  const prompt = Math.ceil(request.bodyBytes / 4);
+  if (!request.generates) return prompt;
+  const j = request.json;
+  const max = j.max_completion_tokens ?? j.max_tokens ?? j.max_output_tokens;
+  const output = typeof max === 'number' && Number.isFinite(max) && max >= 0 ? Math.min(Math.floor(max), 10_000_000) : defaultOutput;
+  return prompt + output;
+}
+
+/** A key's budget for the period `now` is in (UTC calendar day or month). */
+export function budgetPeriod(key: string, budget: BudgetConfig, now: number): { id: string; maxMicros: number; resetAt: number } {
+  const d = new Date(now);
+  const y = d.getUTCFullYear();
+  const m = d.getUTCMonth();
+  const month = `${y}-${String(m + 1).padStart(2, '0')}`;
+  if (budget.period === 'day') {
+    const day = `${month}-${String(d.getUTCDate()).padStart(2, '0')}`;
+    return { id: `${key}:${day}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m, d.getUTCDate() + 1) };
+  }
+  return { id: `${key}:${month}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m + 1, 1) };
+}
+
+function scopeWords(scope: Scope, key: string, model: string): string {
+  switch (scope) {
+    case 'global':
+      return 'this gateway';
+    case 'model':
+      return `model "${model}"`;
+    case 'key':
+      return `API key "${key}"`;
+    case 'key_model':
+      return `API key "${key}" on model "${model}"`;
+  }
+}
+
+/** OpenAI's x-ratelimit-* headers, from the tightest bucket of each kind. */
+function rateHeaders(requests: Applied[], tokens: Applied[], requestReadings: readonly BucketReading[], tokenReadings: readonly BucketReading[]): Record<string, string> {
+  const headers: Record<string, string> = {};
+  const tightest = (applied: Applied[], readings: readonly BucketReading[], kind: string) => {
+    let best = -1;
+    for (let i = 0; i < readings.length; i++) if (best === -1 || readings[i]!.remaining < readings[best]!.remaining) best = i;
+    if (best === -1) return;
+    headers[`x-ratelimit-limit-${kind}`] = String(applied[best]!.bucket.capacity);
+    headers[`x-ratelimit-remaining-${kind}`] = String(readings[best]!.remaining);
+    headers[`x-ratelimit-reset-${kind}`] = formatDuration(readings[best]!.fullInMs);
+  };
+  tightest(requests, requestReadings, 'requests');
+  tightest(tokens, tokenReadings, 'tokens');
+  return headers;
+}
+
+/** As OpenAI writes durations: "20ms", "1s", "6m0s", "1h2m3s" (fractions of a second kept to ms). */
+export function formatDuration(ms: number): string {
+  if (ms < 1000) return `${Math.max(0, Math.round(ms))}ms`;
+  const totalSeconds = ms / 1000;
+  const h = Math.floor(totalSeconds / 3600);
+  const m = Math.floor((totalSeconds % 3600) / 60);
+  const sec = Math.round((totalSeconds % 60) * 1000) / 1000;
+  return `${h > 0 ? `${h}h` : ''}${h > 0 || m > 0 ? `${m}m` : ''}${sec}s`;
+}

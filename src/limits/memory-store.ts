@@ -1,0 +1,114 @@
+// The counters in this process's memory: exact for one process. With workers, the supervisor holds
+// the one MemoryStore and the workers ask it over IPC (supervisor-store.ts), so that N workers do
+// not allow N times a limit. Leases expire as in Redis, so a worker that dies gives its places back.
+import { admits, fullInMs, levelAt, waitMs, type BucketState } from './bucket.ts';
+import type { Ask, BucketReading, LimitStore, Renewal, Settlement, Verdict } from './store.ts';
+
+/** Budget counters are kept this long after their period ends, then dropped. */
+const BUDGET_KEEP_MS = 24 * 3600_000;
+/** Idle buckets are full again after a minute: they are swept after two. */
+const SWEEP_EVERY_MS = 120_000;
+
+export class MemoryStore implements LimitStore {
+  readonly kind = 'memory';
+  readonly #buckets = new Map<string, BucketState>();
+  readonly #leases = new Map<string, Map<string, number>>();
+  readonly #spent = new Map<string, { micros: number; resetAt: number }>();
+  readonly #now: () => number;
+  #swept: number;
+
+  constructor(now: () => number = Date.now) {
+    this.#now = now;
+    this.#swept = now();
+  }
+
+  acquire(ask: Ask): Verdict {
+    const now = this.#now();
+    this.#sweep(now);
+    const levels = (buckets: Ask['requests']) => buckets.map((b) => levelAt(this.#buckets.get(b.id), b.capacity, now));
+    const requestLevels = levels(ask.requests);
+    const tokenLevels = levels(ask.tokens);
+    const readings = (buckets: Ask['requests'], at: number[]): BucketReading[] => buckets.map((b, i) => ({ remaining: Math.max(0, Math.floor(at[i]!)), fullInMs: fullInMs(at[i]!, b.capacity) }));
+    const refuse = (limit: 'requests' | 'tokens' | 'concurrent' | 'budget', index: number, retryAfterMs: number): Verdict => ({
+      ok: false,
+      limit,
+      index,
+      retryAfterMs,
+      requests: readings(ask.requests, requestLevels),
+      tokens: readings(ask.tokens, tokenLevels),
+    });
+    for (let i = 0; i < ask.budgets.length; i++) {
+      const budget = ask.budgets[i]!;
+      if ((this.#spent.get(budget.id)?.micros ?? 0) >= budget.maxMicros) return refuse('budget', i, Math.max(0, budget.resetAt - now));
+    }
+    for (let i = 0; i < ask.requests.length; i++) {
+      if (!admits(requestLevels[i]!, ask.requests[i]!.capacity, 1)) return refuse('requests', i, waitMs(requestLevels[i]!, ask.requests[i]!.capacity, 1));
+    }
+    for (let i = 0; i < ask.tokens.length; i++) {
+      if (!admits(tokenLevels[i]!, ask.tokens[i]!.capacity, ask.cost)) return refuse('tokens', i, waitMs(tokenLevels[i]!, ask.tokens[i]!.capacity, ask.cost));
+    }
+    for (let i = 0; i < ask.concurrency.length; i++) {
+      const limit = ask.concurrency[i]!;
+      const held = this.#live(limit.id, now);
+      if (held !== undefined && held.size >= limit.max) return refuse('concurrent', i, Math.max(1, Math.min(...held.values()) - now));
+    }
+    // Every limit admits: take from all of them.
+    ask.requests.forEach((b, i) => this.#buckets.set(b.id, { level: (requestLevels[i]! -= 1), at: now }));
+    ask.tokens.forEach((b, i) => this.#buckets.set(b.id, { level: (tokenLevels[i]! -= ask.cost), at: now }));
+    for (const limit of ask.concurrency) {
+      let held = this.#leases.get(limit.id);
+      if (!held) this.#leases.set(limit.id, (held = new Map()));
+      held.set(ask.lease, now + ask.leaseMs);
+    }
+    return { ok: true, requests: readings(ask.requests, requestLevels), tokens: readings(ask.tokens, tokenLevels) };
+  }
+
+  settle(s: Settlement): void {
+    const now = this.#now();
+    if (s.refund !== 0) {
+      for (const b of s.tokens) this.#buckets.set(b.id, { level: Math.min(b.capacity, levelAt(this.#buckets.get(b.id), b.capacity, now) + s.refund), at: now });
+    }
+    for (const id of s.concurrency) {
+      const held = this.#leases.get(id);
+      held?.delete(s.lease);
+      if (held?.size === 0) this.#leases.delete(id);
+    }
+    for (const { id, micros, resetAt } of s.spend) {
+      const entry = this.#spent.get(id);
+      if (entry) entry.micros += micros;
+      else this.#spent.set(id, { micros, resetAt });
+    }
+  }
+
+  renew(renewals: readonly Renewal[], leaseMs: number): void {
+    const until = this.#now() + leaseMs;
+    for (const r of renewals) {
+      for (const id of r.concurrency) {
+        const held = this.#leases.get(id);
+        if (held?.has(r.lease)) held.set(r.lease, until);
+      }
+    }
+  }
+
+  async spent(ids: readonly string[]): Promise<number[]> {
+    return ids.map((id) => this.#spent.get(id)?.micros ?? 0);
+  }
+
+  async close(): Promise<void> {}
+
+  /** A limit's leases, the expired ones dropped (a process that died holding them). */
+  #live(id: string, now: number): Map<string, number> | undefined {
+    const held = this.#leases.get(id);
+    if (!held) return undefined;
+    for (const [lease, until] of held) if (until <= now) held.delete(lease);
+    return held;
+  }
+
+  #sweep(now: number): void {
+    if (now - this.#swept < SWEEP_EVERY_MS) return;
+    this.#swept = now;
+    for (const [id, state] of this.#buckets) if (now - state.at > SWEEP_EVERY_MS) this.#buckets.delete(id);
+    for (const [id, entry] of this.#spent) if (now > entry.resetAt + BUDGET_KEEP_MS) this.#spent.delete(id);
+    for (const id of [...this.#leases.keys()]) if (this.#live(id, now)?.size === 0) this.#leases.delete(id);
+  }
+}

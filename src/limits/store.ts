@@ -1,0 +1,89 @@
+// What the limiter asks of the place its counters live. Plain data in and out, so that a store can
+// be this process's memory, the supervisor's (over IPC, for workers) or Redis (for a fleet). One
+// `acquire` checks every limit a request falls under and takes from all of them, or from none.
+
+/** A per-minute bucket (bucket.ts): requests or tokens of one scope. */
+export interface RateBucket {
+  readonly id: string;
+  readonly capacity: number;
+}
+
+/** A concurrency limit of one scope: leases held by requests in progress. */
+export interface ConcurrencyLimit {
+  readonly id: string;
+  readonly max: number;
+}
+
+/** A budget of one key for one period, in micro-dollars (whole numbers: no rounding drift). */
+export interface BudgetLimit {
+  readonly id: string;
+  readonly maxMicros: number;
+  /** When the period ends (epoch ms): the counter expires a day after. */
+  readonly resetAt: number;
+}
+
+export interface Ask {
+  /** Each takes one request. */
+  readonly requests: readonly RateBucket[];
+  /** Each takes `cost` tokens (the reservation). */
+  readonly tokens: readonly RateBucket[];
+  readonly cost: number;
+  readonly concurrency: readonly ConcurrencyLimit[];
+  readonly budgets: readonly BudgetLimit[];
+  /** The request's lease id in every concurrency limit. */
+  readonly lease: string;
+  /** How long the lease lasts unless renewed, ms. */
+  readonly leaseMs: number;
+}
+
+/** A bucket as the request leaves it (after taking, or as it was when refused). */
+export interface BucketReading {
+  readonly remaining: number;
+  readonly fullInMs: number;
+}
+
+export type LimitKind = 'requests' | 'tokens' | 'concurrent' | 'budget';
+
+export type Verdict =
+  | { readonly ok: true; readonly requests: readonly BucketReading[]; readonly tokens: readonly BucketReading[] }
+  | {
+      readonly ok: false;
+      readonly limit: LimitKind;
+      /** Which of that kind's limits refused (its index in the ask). */
+      readonly index: number;
+      readonly retryAfterMs: number;
+      readonly requests: readonly BucketReading[];
+      readonly tokens: readonly BucketReading[];
+    };
+
+/** What a finished request gives back or adds. */
+export interface Settlement {
+  /** Whose usage it is (the key's name), and the tokens it used: for the log if it is never committed. */
+  readonly key: string;
+  readonly used: number;
+  readonly tokens: readonly RateBucket[];
+  /** Tokens reserved minus tokens used: given back (negative: taken too). */
+  readonly refund: number;
+  readonly concurrency: readonly string[];
+  readonly lease: string;
+  readonly spend: readonly { readonly id: string; readonly micros: number; readonly resetAt: number }[];
+}
+
+/** Leases still in use: their expiry moves on. */
+export interface Renewal {
+  readonly concurrency: readonly string[];
+  readonly lease: string;
+}
+
+export interface LimitStore {
+  readonly kind: string;
+  acquire(ask: Ask): Verdict | Promise<Verdict>;
+  settle(settlement: Settlement): void | Promise<void>;
+  renew(renewals: readonly Renewal[], leaseMs: number): void | Promise<void>;
+  /** Micro-dollars spent on each budget (for /server_info and tests). */
+  spent(ids: readonly string[]): Promise<number[]>;
+  close(): Promise<void>;
+}
+
+/** The store could not answer (unreachable, timed out): on_store_error decides. */
+export class StoreUnavailable extends Error {}
