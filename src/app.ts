@@ -322,7 +322,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   try {
     for (const listener of listeners) await open(listener);
     // The workers' listeners, announced here too so that one process's log tells where all listen.
-    for (const l of await supervision.start(fullConfig, lifecycle, sockets)) logStarted(l, supervision.logFields());
+    // The workers share this process's memory store (Redis: each has its own client).
+    const groupLimits = config.limits.store === 'memory' ? limiter.store : undefined;
+    for (const l of await supervision.start(fullConfig, lifecycle, sockets, groupLimits)) logStarted(l, supervision.logFields());
   } catch (error) {
     for (const listener of listeners) listener.stopAccepting();
     throw error;

@@ -6,6 +6,7 @@ import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
 import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
+import { SupervisorStore } from './cluster/supervisor-store.ts';
 import { GENERATION_ENV } from './hot-restart/messages.ts';
 import type { Socket } from 'node:net';
 
@@ -28,9 +29,11 @@ export async function runWorker(version: string): Promise<number> {
   let gateway: RunningGateway | undefined;
   let onStart: ((message: Extract<ToWorker, { type: 'start' }>) => void) | undefined;
   const sockets = new DispatchedSockets(send);
+  const limits = new SupervisorStore(send);
   process.on('message', (message: unknown, passed: unknown) => {
     if (!isMessage<ToWorker>(message)) return;
     if (message.type === 'connection') sockets.connection(message.lease, passed as Socket | undefined);
+    else if (message.type === 'limit_reply') limits.replied(message.id, message.value, message.error);
     else if (message.type === 'socket_acquired') sockets.acquired(message.lease, message.bound !== undefined ? { bound: message.bound } : { error: message.error ?? 'no socket', code: message.code });
     else if (message.type === 'start') onStart?.(message);
     else if (gateway) handle(gateway, message);
@@ -48,7 +51,9 @@ export async function runWorker(version: string): Promise<number> {
   const loggers = createLoggers({ level: start.config.log.level, format: start.config.log.format, worker: slot, generation });
   const logger = loggers.events;
   try {
-    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false, sockets });
+    // limits.store memory: the counters are the supervisor's, shared by the group.
+    const limitStore = start.config.limits.store === 'memory' ? limits : undefined;
+    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false, sockets, limitStore });
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `worker ${slot} could not start: ${(error as Error).message}`);
     flushLogger(logger);

@@ -23,7 +23,9 @@ export type ToWorker =
   /** The answer to `socket_acquire`: where the socket listens, or why it cannot be had. */
   | { type: 'socket_acquired'; lease: number; bound?: string; error?: string; code?: string | undefined }
   /** A connection accepted on the socket of `lease` (the socket itself travels as the message's handle). */
-  | { type: 'connection'; lease: number };
+  | { type: 'connection'; lease: number }
+  /** The answer to `limit`: the store's value, or why it failed. */
+  | { type: 'limit_reply'; id: number; value?: unknown; error?: string };
 
 /** Worker → supervisor. */
 export type FromWorker =
@@ -39,7 +41,11 @@ export type FromWorker =
   | { type: 'socket_acquire'; lease: number; listener: string; configured: string }
   /** The listener starts (or stops) taking the socket's connections. */
   | { type: 'socket_serve'; lease: number; serving: boolean }
-  | { type: 'socket_let_go'; lease: number };
+  | { type: 'socket_let_go'; lease: number }
+  /** An operation on the supervisor's limit store (limits.store memory: one set of counters for the group). */
+  | { type: 'limit'; id: number; op: LimitOperation; args: unknown[] };
+
+export type LimitOperation = 'acquire' | 'settle' | 'renew' | 'spent';
 
 /** A worker's answer to `reload_prepare`. */
 export type ReloadPrepared = { ok: true } | { ok: false; reason: string };

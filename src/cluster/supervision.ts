@@ -2,6 +2,7 @@
 // `workers: N` (`GroupSupervision`, over a `WorkerGroup`) it serves only the admin listeners, passes
 // every drain and health-check change on, reports the group's numbers, prepares and settles every
 // reload across the workers, and waits for them to exit.
+import type { LimitStore } from '../limits/store.ts';
 import { withListenersOf, type Config } from '../config/schema.ts';
 import type { LifecycleHooks } from '../lifecycle/contracts.ts';
 import type { HealthCheck } from '../lifecycle/health.ts';
@@ -34,8 +35,11 @@ export interface Supervision {
   metricsSources(): Pick<StateSources, 'workers' | 'workerRestarts' | 'workerRecycles'>;
   /** Fields added to the `ready` line and to the workers' `listener_started` lines. */
   logFields(): object;
-  /** Once this process listens: starts the workers, whose listeners' sockets come from `sockets`; resolves with where they listen. */
-  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]>;
+  /**
+   * Once this process listens: starts the workers, whose listeners' sockets come from `sockets`
+   * and whose limit counters live in `limits` (with limits.store memory); resolves with where they listen.
+   */
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits?: LimitStore): Promise<BoundListener[]>;
   /** Readiness checks of the supervision (every worker serving). */
   healthChecks(): HealthCheck[];
   /** /server_info: this process's info, with the workers' summed and listed. */
@@ -129,9 +133,9 @@ export class GroupSupervision implements Supervision {
     return { workers: this.#workers.size };
   }
 
-  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]> {
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits?: LimitStore): Promise<BoundListener[]> {
     this.#started = fullConfig;
-    return this.#workers.start(fullConfig, supervisor, sockets);
+    return this.#workers.start(fullConfig, supervisor, sockets, limits);
   }
 
   healthChecks(): HealthCheck[] {

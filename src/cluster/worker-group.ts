@@ -2,6 +2,7 @@
 // and every lifecycle command, restarts a worker that dies while serving, replaces a worker that
 // passes the `workers_recycle` bounds (its replacement serves first, then it drains), answers
 // queries across the group, and holds the supervisor's drain open while any worker lives.
+import type { LimitStore } from '../limits/store.ts';
 import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
@@ -106,6 +107,8 @@ export class WorkerGroup {
   #draining = false;
   #allExited: (() => void) | undefined;
   #dispatch: ConnectionDispatch | undefined;
+  /** The group's limit counters (limits.store memory), which the workers use over IPC. */
+  #limits: LimitStore | undefined;
   /** Recycled workers still alive, by process. */
   readonly #retiring = new Map<Worker, Retiring>();
   #recycles = 0;
@@ -169,7 +172,8 @@ export class WorkerGroup {
    * listening sockets come from `sockets` (this process holds them; the workers get connections).
    * Rejects (and stops the others) if one cannot start.
    */
-  start(config: Config, supervisor: Supervisor, sockets: SocketProvider): Promise<BoundListener[]> {
+  start(config: Config, supervisor: Supervisor, sockets: SocketProvider, limits?: LimitStore): Promise<BoundListener[]> {
+    this.#limits = limits;
     this.#config = config;
     this.#dispatch = new ConnectionDispatch(sockets);
     this.#recycleTimer = setInterval(() => void this.#checkRecycling(), RECYCLE_CHECK_MS);
@@ -378,6 +382,21 @@ export class WorkerGroup {
           (bound) => this.#send(slot, { type: 'socket_acquired', lease, bound }),
           (error: NodeJS.ErrnoException) => this.#send(slot, { type: 'socket_acquired', lease, error: error.message, code: error.code }),
         );
+        return;
+      }
+      case 'limit': {
+        const { id } = message;
+        const reply = (value: unknown) => this.#send(slot, { type: 'limit_reply', id, value });
+        const fail = (error: unknown) => this.#send(slot, { type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
+        const store = this.#limits;
+        if (!store) return fail('no limit store');
+        try {
+          const args = message.args as never[];
+          const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
+          Promise.resolve(result).then(reply, fail);
+        } catch (error) {
+          fail(error);
+        }
         return;
       }
       case 'socket_serve':

@@ -1,0 +1,62 @@
+// A worker's limit store with limits.store memory: the supervisor's MemoryStore, asked over IPC, so
+// that the workers of one instance share one set of counters (N workers must not allow N times a
+// limit). A supervisor that does not answer in time counts as a store that cannot be reached.
+import { StoreUnavailable, type Ask, type LimitStore, type Renewal, type Settlement, type Verdict } from '../limits/store.ts';
+import type { FromWorker, LimitOperation } from './messages.ts';
+
+const REPLY_TIMEOUT_MS = 2000;
+
+export class SupervisorStore implements LimitStore {
+  readonly kind = 'memory';
+  readonly #send: (message: FromWorker) => void;
+  readonly #waiting = new Map<number, { resolve(value: unknown): void; reject(error: Error): void; timer: NodeJS.Timeout }>();
+  #next = 0;
+
+  constructor(send: (message: FromWorker) => void) {
+    this.#send = send;
+  }
+
+  /** The supervisor's `limit_reply`. */
+  replied(id: number, value: unknown, error: string | undefined): void {
+    const waiting = this.#waiting.get(id);
+    if (!waiting) return;
+    this.#waiting.delete(id);
+    clearTimeout(waiting.timer);
+    if (error !== undefined) waiting.reject(new StoreUnavailable(error));
+    else waiting.resolve(value);
+  }
+
+  acquire(ask: Ask): Promise<Verdict> {
+    return this.#ask('acquire', [ask]) as Promise<Verdict>;
+  }
+
+  async settle(settlement: Settlement): Promise<void> {
+    await this.#ask('settle', [settlement]);
+  }
+
+  async renew(renewals: readonly Renewal[], leaseMs: number): Promise<void> {
+    await this.#ask('renew', [renewals, leaseMs]);
+  }
+
+  spent(ids: readonly string[]): Promise<number[]> {
+    return this.#ask('spent', [ids]) as Promise<number[]>;
+  }
+
+  async close(): Promise<void> {}
+
+  #ask(op: LimitOperation, args: unknown[]): Promise<unknown> {
+    const id = ++this.#next;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.#waiting.delete(id);
+        reject(new StoreUnavailable('the supervisor did not answer'));
+      }, REPLY_TIMEOUT_MS);
+      this.#waiting.set(id, { resolve, reject, timer });
+      try {
+        this.#send({ type: 'limit', id, op, args });
+      } catch (error) {
+        this.replied(id, undefined, (error as Error).message);
+      }
+    });
+  }
+}
