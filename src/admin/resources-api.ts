@@ -194,7 +194,7 @@ async function remove(env: ResourcesEnvironment, ctx: RequestContext, kind: Reso
 
 async function createKey(env: ResourcesEnvironment, body: unknown, who: string): Promise<Answer> {
   const name = (body as { name?: unknown } | null)?.name;
-  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key (and optionally models, expires_at, enabled, metadata)') };
+  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key (and optionally models, expires_at, enabled, metadata, limits, budget)') };
   const key = newKey();
   // Anything else in the body (models, expires_at, …; or a field that does not exist) is the schema's to judge.
   const checked = validate(env, 'keys', name, { ...(body as object), name, key_sha256: sha256(key) });
@@ -218,7 +218,7 @@ async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: s
   if (expected instanceof GatewayError) return { error: expected };
   if (expected === 0) return { error: notFound('keys', name) };
   const key = newKey();
-  // The key changes; what it may do (models, expiry, enabled, metadata) stays.
+  // The key changes; what it may do (models, expiry, enabled, metadata, limits, budget) stays.
   const { key: _key, key_sha256: _digest, ...policy } = parseStored((await env.store.current('keys', name)).value);
   const checked = validate(env, 'keys', name, { ...policy, name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };

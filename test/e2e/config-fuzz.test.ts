@@ -177,14 +177,25 @@ describe('fuzz: the configuration paths', { skip }, () => {
     await settled();
   });
 
-  test('random key policies (models, expires_at, enabled, metadata) through POST /config/keys: 201 or a 400 naming the field, never a 500', async () => {
+  test('random key policies (models, expires_at, enabled, metadata, limits, budget) through POST /config/keys: 201 or a 400 naming the field, never a 500; the keys made then answer 200, 401, 403 or 429', async () => {
     const statuses = new Map<number, number>();
+    const count = fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 1, max: 5 }) }, fc.constantFrom(0, -2, 1e12, 0.5, '3', null), fc.jsonValue({ maxDepth: 1 }));
+    const rate = fc.record({ rpm: count, tpm: count, concurrent: count }, { requiredKeys: [] });
+    const limits = fc.oneof(
+      { weight: 3, arbitrary: fc.record({ rpm: fc.integer({ min: 1, max: 3 }), tpm: fc.integer({ min: 1, max: 200 }), concurrent: fc.integer({ min: 1, max: 2 }) }, { requiredKeys: [] }) },
+      fc.record({ rpm: count, tpm: count, concurrent: count, models: fc.oneof(fc.dictionary(fc.constantFrom('base', 'gpt-*', ''), rate, { maxKeys: 2 }), fc.jsonValue({ maxDepth: 2 })) }, { requiredKeys: [] }),
+      fc.jsonValue({ maxDepth: 2 }),
+    );
+    const budget = fc.oneof({ weight: 3, arbitrary: fc.record({ usd: fc.double({ min: 0.000001, max: 10, noNaN: true }), period: fc.constantFrom('day', 'month') }) }, fc.record({ usd: fc.oneof(fc.double({ min: -1, max: 1e6, noNaN: true }), fc.constant(0)), period: fc.constantFrom('day', 'month', 'week', 7) }, { requiredKeys: [] }), fc.jsonValue({ maxDepth: 1 }));
+    const made: string[] = [];
     const policy = fc.record(
       {
         models: fc.oneof(fc.array(fc.oneof(fc.constantFrom('base', 'gpt-*', '*', ''), fc.string({ maxLength: 20 })), { maxLength: 5 }), fc.jsonValue({ maxDepth: 2 })),
         expires_at: fc.oneof(fc.constantFrom('2099-01-01', '2099-01-01T00:00:00Z', '2027-02-30', 'next tuesday', '-5', '1.5', '2099-13-01', ''), fc.date({ noInvalidDate: true }).map((d) => d.toISOString()), fc.jsonValue({ maxDepth: 1 })),
         enabled: fc.oneof(fc.boolean(), fc.constantFrom('true', 'no', 0)),
         metadata: fc.oneof(fc.dictionary(fc.string({ maxLength: 8 }), fc.string({ maxLength: 8 }), { maxKeys: 3 }), fc.jsonValue({ maxDepth: 2 })),
+        limits,
+        budget,
       },
       { requiredKeys: [] },
     );
@@ -195,11 +206,23 @@ describe('fuzz: the configuration paths', { skip }, () => {
         statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
         assert.ok(res.status === 201 || res.status === 400, `POST /config/keys answered ${res.status}: ${res.body.slice(0, 200)}`);
         if (res.status === 400) assert.ok((JSON.parse(res.body) as { error: { message: string } }).error.message, res.body);
+        else made.push((JSON.parse(res.body) as { key: string }).key);
       }),
       { seed: SEED, numRuns: Math.max(20, Math.floor(RUNS / 2)), verbose: 1 },
     );
     console.log(`config fuzz, key policies: answers ${JSON.stringify(Object.fromEntries(statuses))}`);
     assert.ok(statuses.has(400) && statuses.has(201), `both valid and invalid policies were written: ${JSON.stringify(Object.fromEntries(statuses))}`);
+    await settled();
+    // Every key made, with whatever limits and budget it got, is answered: 200, or a refusal of the client's (never a 5xx).
+    const answers = new Map<number, number>();
+    for (const key of made) {
+      for (let i = 0; i < 2; i++) {
+        const res = await postJson(`${gw.proxyUrl}/v1/chat/completions`, { model: 'base', max_tokens: 5, messages: [{ role: 'user', content: 'hi' }] }, { authorization: `Bearer ${key}` });
+        answers.set(res.status, (answers.get(res.status) ?? 0) + 1);
+        assert.ok([200, 401, 403, 429].includes(res.status), `a fuzzed key's request answered ${res.status}: ${res.body.slice(0, 200)}`);
+      }
+    }
+    console.log(`config fuzz, requests with the keys made: ${JSON.stringify(Object.fromEntries(answers))}`);
     assert.ok(!gw.logs.some((l) => l.event === 'handler_error'), 'no handler failed');
     await settled();
   });

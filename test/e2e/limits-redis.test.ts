@@ -193,7 +193,7 @@ describe('limits shared through Redis', { skip }, () => {
     await Promise.all([open.stop(), closed.stop()]);
   });
 
-  test('SIGTERM while streams run: they finish, and their usage is in Redis when the process has exited', async () => {
+  test('L9: SIGTERM while streams run: they finish, and their usage is in Redis when the process has exited', async () => {
     const key = { name: 'draining', key: 'sk-draining-0000000001', limits: { tpm: 100_000, concurrent: 10 }, budget: { usd: 100 } };
     const gw = await gateway([key]);
     const streams = Array.from({ length: 3 }, () => chat(gw, key.key, { stream: true }, mockHeader({ sseIntervalMs: 200, chunks: 6 })));
