@@ -8,6 +8,7 @@ import { eventually, metricValue, scrape, startGateway, type GatewayProcess } fr
 import { mockHeader, startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 import { assertAnthropicError, assertOpenAiError } from '../support/reliability.ts';
 import { redisCheck, startRedis, type RedisServer } from '../support/redis.ts';
+import { startTcpProxy } from '../support/tcp-proxy.ts';
 
 const skip = redisCheck().skip;
 const USAGE_TOKENS = 18; // the mock's usage: 11 prompt + 7 completion
@@ -193,9 +194,13 @@ describe('limits shared through Redis', { skip }, () => {
     await Promise.all([open.stop(), closed.stop()]);
   });
 
-  test('L9: SIGTERM while streams run: they finish, and their usage is in Redis when the process has exited', async () => {
+  test('L9: SIGTERM while streams run: they finish, and their usage is in Redis when the process has exited', async (t) => {
     const key = { name: 'draining', key: 'sk-draining-0000000001', limits: { tpm: 100_000, concurrent: 10 }, budget: { usd: 100 } };
-    const gw = await gateway([key]);
+    // Redis 400 ms away: the streams' settlements are still on their way when the drain ends, so
+    // the exit must wait for them (an exit that does not is caught here).
+    const slow = await startTcpProxy({ host: '127.0.0.1', port: redis.port }, { delayMs: 400 });
+    t.after(() => slow.close());
+    const gw = await gateway([key], { redis: { url: slow.url.replace('http:', 'redis:'), key_prefix: 'test:', command_timeout_ms: 3000 } });
     const streams = Array.from({ length: 3 }, () => chat(gw, key.key, { stream: true }, mockHeader({ sseIntervalMs: 200, chunks: 6 })));
     const responses = await Promise.all(streams);
     await eventually(async () => (await redis.cli('ZCARD', 'test:cc:k:draining:cc')) === '(integer) 3', 5000, 'three leases held');

@@ -1,5 +1,6 @@
-// A TCP relay between a gateway and a server (etcd) that a test can cut and restore: a network
-// partition on loopback, while the server itself stays up for other clients.
+// A TCP relay between a gateway and a server (etcd, Redis) that a test can cut and restore: a network
+// partition on loopback, while the server itself stays up for other clients. With `delayMs`, what
+// the client sends reaches the server that much later (a slow network), in order.
 import { createConnection, createServer, type Server, type Socket } from 'node:net';
 import { freePort } from './haproxy.ts';
 
@@ -13,7 +14,8 @@ export interface TcpProxy {
   close(): Promise<void>;
 }
 
-export async function startTcpProxy(target: { host: string; port: number }): Promise<TcpProxy> {
+export async function startTcpProxy(target: { host: string; port: number }, options: { delayMs?: number } = {}): Promise<TcpProxy> {
+  const delayMs = options.delayMs ?? 0;
   const port = await freePort();
   const sockets = new Set<Socket>();
   let server: Server | undefined;
@@ -30,7 +32,10 @@ export async function startTcpProxy(target: { host: string; port: number }): Pro
             upstream.destroy();
           });
         }
-        client.pipe(upstream).pipe(client);
+        if (delayMs > 0) {
+          client.on('data', (chunk) => setTimeout(() => upstream.write(chunk), delayMs));
+          upstream.pipe(client);
+        } else client.pipe(upstream).pipe(client);
       });
       server.once('error', reject);
       server.listen(port, '127.0.0.1', () => resolve());
