@@ -6,12 +6,16 @@ import type { Ask, BucketReading, LimitStore, Renewal, Settlement, Verdict } fro
 
 /** Budget counters are kept this long after their period ends, then dropped. */
 const BUDGET_KEEP_MS = 24 * 3600_000;
-/** Idle buckets are full again after a minute: they are swept after two. */
+/** Idle buckets are full again after a minute (unless in debt): they are swept every two. */
 const SWEEP_EVERY_MS = 120_000;
+/** How long a settled lease is remembered (Redis: the `settled:` marker's lifetime). */
+export const SETTLED_KEEP_MS = 120_000;
 
 export class MemoryStore implements LimitStore {
   readonly kind = 'memory';
-  readonly #buckets = new Map<string, BucketState>();
+  readonly #buckets = new Map<string, BucketState & { capacity: number }>();
+  /** Leases settled in the last SETTLED_KEEP_MS: a settlement sent again (its answer was lost) counts once. */
+  readonly #settled = new Map<string, number>();
   readonly #leases = new Map<string, Map<string, number>>();
   readonly #spent = new Map<string, { micros: number; resetAt: number }>();
   readonly #now: () => number;
@@ -53,8 +57,8 @@ export class MemoryStore implements LimitStore {
       if (held !== undefined && held.size >= limit.max) return refuse('concurrent', i, Math.max(1, Math.min(...held.values()) - now));
     }
     // Every limit admits: take from all of them.
-    ask.requests.forEach((b, i) => this.#buckets.set(b.id, { level: (requestLevels[i]! -= 1), at: now }));
-    ask.tokens.forEach((b, i) => this.#buckets.set(b.id, { level: (tokenLevels[i]! -= ask.cost), at: now }));
+    ask.requests.forEach((b, i) => this.#buckets.set(b.id, { level: (requestLevels[i]! -= 1), at: now, capacity: b.capacity }));
+    ask.tokens.forEach((b, i) => this.#buckets.set(b.id, { level: (tokenLevels[i]! -= ask.cost), at: now, capacity: b.capacity }));
     for (const limit of ask.concurrency) {
       let held = this.#leases.get(limit.id);
       if (!held) this.#leases.set(limit.id, (held = new Map()));
@@ -65,8 +69,10 @@ export class MemoryStore implements LimitStore {
 
   settle(s: Settlement): void {
     const now = this.#now();
+    if (this.#settled.has(s.lease)) return;
+    this.#settled.set(s.lease, now + SETTLED_KEEP_MS);
     if (s.refund !== 0) {
-      for (const b of s.tokens) this.#buckets.set(b.id, { level: Math.min(b.capacity, levelAt(this.#buckets.get(b.id), b.capacity, now) + s.refund), at: now });
+      for (const b of s.tokens) this.#buckets.set(b.id, { level: Math.min(b.capacity, levelAt(this.#buckets.get(b.id), b.capacity, now) + s.refund), at: now, capacity: b.capacity });
     }
     for (const id of s.concurrency) {
       const held = this.#leases.get(id);
@@ -107,7 +113,9 @@ export class MemoryStore implements LimitStore {
   #sweep(now: number): void {
     if (now - this.#swept < SWEEP_EVERY_MS) return;
     this.#swept = now;
-    for (const [id, state] of this.#buckets) if (now - state.at > SWEEP_EVERY_MS) this.#buckets.delete(id);
+    // A bucket full again is as good as none; one still in debt is kept.
+    for (const [id, state] of this.#buckets) if (levelAt(state, state.capacity, now) >= state.capacity) this.#buckets.delete(id);
+    for (const [lease, until] of this.#settled) if (until <= now) this.#settled.delete(lease);
     for (const [id, entry] of this.#spent) if (now > entry.resetAt + BUDGET_KEEP_MS) this.#spent.delete(id);
     for (const id of [...this.#leases.keys()]) if (this.#live(id, now)?.size === 0) this.#leases.delete(id);
   }

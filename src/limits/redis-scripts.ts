@@ -85,13 +85,14 @@ return answer(1, 0, 0, 0)
 /**
  * KEYS: token buckets, concurrency sets, budget counters, then the lease's "settled" marker.
  * ARGV: nT, nC, nS, refund, lease, token bucket capacities, spend (micro-dollars) per counter,
- * each counter's expiry (epoch ms). Runs once per lease: a retried settlement changes nothing.
+ * each counter's expiry (epoch ms). Runs once per lease: a settlement sent again within two minutes
+(its answer was lost) changes nothing.
  */
 export const SETTLE = `${PRELUDE}
 local nT, nC, nS = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local refund, lease = tonumber(ARGV[4]), ARGV[5]
 local a = 6
-if redis.call('SET', KEYS[nT + nC + nS + 1], '1', 'NX', 'PX', 600000) == false then return 0 end
+if redis.call('SET', KEYS[nT + nC + nS + 1], '1', 'NX', 'PX', 120000) == false then return 0 end
 if refund ~= 0 then
   for i = 1, nT do
     local cap = tonumber(ARGV[a + i - 1])
