@@ -6,6 +6,9 @@ import type { FromWorker, LimitOperation } from './messages.ts';
 
 const REPLY_TIMEOUT_MS = 2000;
 
+/** The message could not be sent: the supervisor is gone. */
+class NotSent extends StoreUnavailable {}
+
 export class SupervisorStore implements LimitStore {
   readonly kind = 'memory';
   readonly #send: (message: FromWorker) => void;
@@ -30,8 +33,16 @@ export class SupervisorStore implements LimitStore {
     return this.#ask('acquire', [ask]) as Promise<Verdict>;
   }
 
+  /**
+   * IPC delivers in order and never loses a message while the channel is up, so a settlement that
+   * was sent is done: a slow answer is not a failure (a retry would count it twice). Only one that
+   * could not be sent (the supervisor is gone) fails.
+   */
   async settle(settlement: Settlement): Promise<void> {
-    await this.#ask('settle', [settlement]);
+    await this.#ask('settle', [settlement]).catch((error: unknown) => {
+      if (!(error instanceof NotSent)) return;
+      throw error;
+    });
   }
 
   async renew(renewals: readonly Renewal[], leaseMs: number): Promise<void> {
@@ -55,7 +66,9 @@ export class SupervisorStore implements LimitStore {
       try {
         this.#send({ type: 'limit', id, op, args });
       } catch (error) {
-        this.replied(id, undefined, (error as Error).message);
+        clearTimeout(timer);
+        this.#waiting.delete(id);
+        reject(new NotSent((error as Error).message));
       }
     });
   }

@@ -8,14 +8,10 @@ import type { Ask, BucketReading, LimitStore, Renewal, Settlement, Verdict } fro
 const BUDGET_KEEP_MS = 24 * 3600_000;
 /** Idle buckets are full again after a minute (unless in debt): they are swept every two. */
 const SWEEP_EVERY_MS = 120_000;
-/** How long a settled lease is remembered (Redis: the `settled:` marker's lifetime). */
-export const SETTLED_KEEP_MS = 120_000;
 
 export class MemoryStore implements LimitStore {
   readonly kind = 'memory';
   readonly #buckets = new Map<string, BucketState & { capacity: number }>();
-  /** Leases settled in the last SETTLED_KEEP_MS: a settlement sent again (its answer was lost) counts once. */
-  readonly #settled = new Map<string, number>();
   readonly #leases = new Map<string, Map<string, number>>();
   readonly #spent = new Map<string, { micros: number; resetAt: number }>();
   readonly #now: () => number;
@@ -69,8 +65,6 @@ export class MemoryStore implements LimitStore {
 
   settle(s: Settlement): void {
     const now = this.#now();
-    if (this.#settled.has(s.lease)) return;
-    this.#settled.set(s.lease, now + SETTLED_KEEP_MS);
     if (s.refund !== 0) {
       for (const b of s.tokens) this.#buckets.set(b.id, { level: Math.min(b.capacity, levelAt(this.#buckets.get(b.id), b.capacity, now) + s.refund), at: now, capacity: b.capacity });
     }
@@ -115,7 +109,6 @@ export class MemoryStore implements LimitStore {
     this.#swept = now;
     // A bucket full again is as good as none; one still in debt is kept.
     for (const [id, state] of this.#buckets) if (levelAt(state, state.capacity, now) >= state.capacity) this.#buckets.delete(id);
-    for (const [lease, until] of this.#settled) if (until <= now) this.#settled.delete(lease);
     for (const [id, entry] of this.#spent) if (now > entry.resetAt + BUDGET_KEEP_MS) this.#spent.delete(id);
     for (const id of [...this.#leases.keys()]) if (this.#live(id, now)?.size === 0) this.#leases.delete(id);
   }

@@ -40,6 +40,8 @@ export class RedisStore implements LimitStore {
   constructor(settings: RedisSettings, onError: (error: Error) => void) {
     const redis = new Redis(settings.url, {
       lazyConnect: true,
+      // The scripts of every request begun in one turn of the event loop go out in one write.
+      enableAutoPipelining: true,
       enableOfflineQueue: false,
       maxRetriesPerRequest: 0,
       commandTimeout: settings.command_timeout_ms,

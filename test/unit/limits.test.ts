@@ -71,17 +71,6 @@ describe('MemoryStore', () => {
     assert.ok(!debt.ok && debt.retryAfterMs === 36_060, 'a debt of 600 tokens is paid back at 1000/min');
   });
 
-  test('a settlement sent twice (its answer lost) counts once', () => {
-    const store = new MemoryStore(() => 0);
-    const tpm = { id: 't', capacity: 1000 };
-    store.acquire(ask({ tokens: [tpm], cost: 600 }));
-    const settlement = { key: 'a', used: 100, tokens: [tpm], refund: 500, concurrency: [], lease: 'l1', spend: [{ id: 'a:2026-12', micros: 7, resetAt: 1 }] };
-    store.settle(settlement);
-    store.settle(settlement);
-    const after = store.acquire(ask({ tokens: [tpm], cost: 0 }));
-    assert.ok(after.ok && after.tokens[0]!.remaining === 900);
-  });
-
   test('concurrency: leases, given back on settle, expired when not renewed, kept when renewed', () => {
     let now = 0;
     const store = new MemoryStore(() => now);
