@@ -38,6 +38,8 @@ before(async () => {
         { name: 'echo', provider: 'local' },
         { name: 'echo-*', provider: 'local' },
       ],
+      // Every request goes through the limiter (never refused: a lease it leaked would show as a 429 once 64 had).
+      limits: { global: { rpm: 1_000_000_000, tpm: 1_000_000_000_000, concurrent: 64 }, models: { 'echo-*': { tpm: 1_000_000_000_000 } } },
     },
   });
 });
@@ -359,7 +361,9 @@ const BASE = {
     { name: 'echo', provider: 'echo' },
     { name: '*', provider: 'local' },
   ],
-  keys: ['sk-fuzz-client-key-1', { name: 'web', key: 'sk-fuzz-client-key-2' }],
+  keys: ['sk-fuzz-client-key-1', { name: 'web', key: 'sk-fuzz-client-key-2', limits: { rpm: 60, tpm: 100000, concurrent: 4, models: { 'gpt-4o': { tpm: 5000 } } }, budget: { usd: 25, period: 'day' } }],
+  limits: { store: 'redis', redis: { url: 'redis://127.0.0.1:6379', key_prefix: 'sluice:', command_timeout_ms: 250 }, on_store_error: 'closed', lease_secs: 30, global: { rpm: 10000 }, models: { 'gpt-4o': { concurrent: 50 } } },
+  prices: { fast: { input: 0.15, output: 0.6, cached_input: 0.075 } },
   shutdown: { min_drain_secs: 30, max_drain_secs: 900, progress_log_secs: 5, parent_shutdown_secs: 600 },
   hot_restart: { enabled: true, start_timeout_secs: 30 },
   workers_recycle: { max_rss_mb: 512, max_requests: 100000 },
@@ -473,7 +477,7 @@ describe('random config files through parseConfig', () => {
 
   test('an unknown key added to any strict mapping is reported at its own path ("__proto__": see the todo below)', () => {
     // Every mapping of the schema that is strict (not `headers`, which takes any name).
-    const strictPaths: Path[] = [[], ['listeners', 0], ['listeners', 2, 'tls'], ['providers', 0], ['models', 1], ['keys', 1], ['shutdown'], ['hot_restart'], ['workers_recycle'], ['reload'], ['downstream'], ['upstream'], ['log']];
+    const strictPaths: Path[] = [[], ['listeners', 0], ['listeners', 2, 'tls'], ['providers', 0], ['models', 1], ['keys', 1], ['keys', 1, 'limits'], ['keys', 1, 'budget'], ['limits'], ['limits', 'redis'], ['limits', 'global'], ['prices', 'fast'], ['shutdown'], ['hot_restart'], ['workers_recycle'], ['reload'], ['downstream'], ['upstream'], ['log']];
     fc.assert(
       fc.property(fc.constantFrom(...strictPaths), unknownKey.filter((k) => k.trim() !== '' && k !== '__proto__' && !/^listeners?$/i.test(k.trim())), weirdValue, (path, key, value) => {
         const root = structuredClone(BASE) as unknown as Record<string, unknown>;

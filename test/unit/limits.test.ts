@@ -3,6 +3,7 @@
 // the limiter's decisions and headers, and the stream usage the gateway asks for and hides.
 
 import { describe, test } from 'node:test';
+import fc from 'fast-check';
 import assert from 'node:assert/strict';
 import { admits, fullInMs, levelAt, waitMs } from '../../src/limits/bucket.ts';
 import { MemoryStore } from '../../src/limits/memory-store.ts';
@@ -351,6 +352,34 @@ describe('stream usage the client did not ask for', () => {
     assert.equal(out + split.end(), expected);
     const crlf = new UsageStripper();
     assert.equal(crlf.push(Buffer.from(upstream.replaceAll('\n', '\r\n'))) + crlf.end(), expected.replaceAll('\n', '\r\n'));
+  });
+
+  test('fuzz: any bytes, any chunk boundaries: never throws, and the output does not depend on where the chunks were cut', () => {
+    const event = fc.oneof(
+      fc.constantFrom(chunk(',"usage":null'), usageChunk, 'data: [DONE]\n\n', ': ping\n\n', 'event: x\r\ndata: {"choices":[]}\r\n\r\n', 'data: {"usage":null,"choices":[]}\n\n'),
+      fc.string({ maxLength: 40 }).map((t) => `data: ${t}\n\n`),
+      fc.string({ maxLength: 20 }),
+      fc.uint8Array({ maxLength: 12 }).map((b) => Buffer.from(b).toString('latin1')),
+    );
+    fc.assert(
+      fc.property(fc.array(event, { maxLength: 12 }), fc.array(fc.nat(200), { maxLength: 6 }), (events, cuts) => {
+        const bytes = Buffer.from(events.join(''), 'latin1');
+        const whole = new UsageStripper();
+        const expected = whole.push(bytes) + whole.end();
+        const split = new UsageStripper();
+        let out = '';
+        let at = 0;
+        for (const cut of [...cuts].sort((a, b) => a - b)) {
+          const end = Math.min(bytes.length, cut);
+          if (end <= at) continue;
+          out += split.push(bytes.subarray(at, end));
+          at = end;
+        }
+        out += split.push(bytes.subarray(at)) + split.end();
+        assert.equal(out, expected);
+      }),
+      { numRuns: 500 },
+    );
   });
 
   test('a multi-byte character split across chunks survives', () => {
