@@ -67,12 +67,12 @@ const message = (gw: GatewayProcess, key: string, extra: Record<string, unknown>
     body: JSON.stringify({ model: 'claude-mock', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }], ...extra }),
   });
 
-/** One client per gateway, each sending requests one after another for `ms`: what got through, and the tokens it used. */
-async function load(gws: GatewayProcess[], key: string, ms: number): Promise<{ ok: number; limited: number; other: number; tokens: number; seconds: number }> {
+/** `clients` clients per gateway, each sending requests one after another for `ms`: what got through, and the tokens it used. */
+async function load(gws: GatewayProcess[], key: string, ms: number, clients = 1): Promise<{ ok: number; limited: number; other: number; tokens: number; seconds: number }> {
   const totals = { ok: 0, limited: 0, other: 0, tokens: 0, seconds: 0 };
   const startedAt = Date.now();
   await Promise.all(
-    gws.map(async (gw) => {
+    gws.flatMap((gw) => Array.from({ length: clients }, () => gw)).map(async (gw) => {
       while (Date.now() - startedAt < ms) {
         const res = await chat(gw, key);
         if (res.status === 200) {
@@ -95,16 +95,16 @@ describe('limits shared through Redis', { skip }, () => {
   test('three gateways hold one RPM limit together; with the memory store each, they allow three times as much', async () => {
     const key = { name: 'fleet-rpm', key: 'sk-fleet-rpm-00000001', limits: { rpm: 30 } };
     const fleet = await Promise.all([gateway([key]), gateway([key]), gateway([key])]);
-    const shared = await load(fleet, key.key, 4000);
+    const shared = await load(fleet, key.key, 4000, 4);
     // A bucket of 30, refilled at 0.5 a second: 30 + 0.5 × elapsed got through, whichever gateway took them.
     const allowed = 30 + (30 * shared.seconds) / 60;
-    console.log(`shared RPM 30 over ${shared.seconds.toFixed(2)} s on 3 gateways: ${shared.ok} let through (the bucket allows ${allowed.toFixed(1)}), ${shared.limited} refused`);
+    console.log(`shared RPM 30 over ${shared.seconds.toFixed(2)} s on 3 gateways, 12 clients at once: ${shared.ok} let through (the bucket allows ${allowed.toFixed(1)}), ${shared.limited} refused`);
     assert.equal(shared.other, 0);
     assert.ok(Math.abs(shared.ok - allowed) <= 2, `let through ${shared.ok}, expected ${allowed.toFixed(1)} ± 2`);
     assert.ok(shared.limited > 0);
 
     const alone = await Promise.all([0, 1, 2].map(() => gateway([key], { store: 'memory', redis: undefined })));
-    const separate = await load(alone, key.key, 4000);
+    const separate = await load(alone, key.key, 4000, 4);
     console.log(`memory store on each of 3 gateways: ${separate.ok} let through`);
     assert.ok(separate.ok >= 3 * 30, `each gateway alone allows its own 30: ${separate.ok}`);
     await Promise.all([...fleet, ...alone].map((g) => g.stop()));
