@@ -104,11 +104,14 @@ export class Limiter {
   admit(request: AdmitRequest): Admission | GatewayError | Promise<Admission | GatewayError> {
     const { policy, key, model } = request;
     const s = policy.settings;
+    const modelLimits = own(s.models, model);
+    // The common case, nothing to count: no string built, nothing asked of the store.
+    if (s.global === undefined && modelLimits === undefined && key.limits === undefined && key.budget === undefined) return UNLIMITED;
     const scopes: [Scope, string, RateLimits | undefined][] = [
       ['global', 'g', s.global],
-      ['model', `m:${model}`, s.models[model]],
+      ['model', `m:${model}`, modelLimits],
       ['key', `k:${key.name}`, key.limits],
-      ['key_model', `km:${key.name}:${model}`, key.limits?.models?.[model]],
+      ['key_model', `km:${key.name}:${model}`, own(key.limits?.models, model)],
     ];
     const requests: Applied[] = [];
     const tokens: Applied[] = [];
@@ -297,6 +300,11 @@ export class Limiter {
     this.#retry = [];
     await this.#store.close();
   }
+}
+
+/** A model's entry in a limits map: its own property only (a model named "constructor" is not Object's). */
+function own(map: Readonly<Record<string, RateLimits>> | undefined, model: string): RateLimits | undefined {
+  return map !== undefined && Object.hasOwn(map, model) ? map[model] : undefined;
 }
 
 /** The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the completion's maximum. */

@@ -159,6 +159,9 @@ describe('Limiter', () => {
     store.down = true;
     const limiter = new Limiter(store, events().events);
     assert.equal(limiter.admit(request(policy(''), { name: 'a' })), UNLIMITED);
+    // A model named after an Object property is not a limits entry.
+    assert.equal(limiter.admit(request(policy(''), { name: 'a' }, { model: 'constructor' })), UNLIMITED);
+    assert.equal(limiter.admit(request(policy(''), { name: 'a' }, { model: '__proto__' })), UNLIMITED);
   });
 
   test('the tightest bucket of each kind gives the x-ratelimit-* headers; a refusal is a 429 with Retry-After in the caller\'s shape', () => {
