@@ -35,9 +35,10 @@ import { join, resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { freePort } from '../test/support/haproxy.ts';
-import { cleanUp, killAll, launch, onPath, PIN, runToEnd, startMock, startServer, stop, type Server } from './processes.ts';
+import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, rssMb, startHaproxy, ttfb } from './extras.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
+import { runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -179,34 +180,11 @@ function redisCommands(r: Redis): { scripts: number; inner: number; usec: number
 
 // --- load generation (wrk, one Lua script per target and mode) ---------------------------------
 
-const lua = (s: string): string => `[==[${s}]==]`;
-
 function wrkScript(t: Target, mode: Mode): string {
-  return [
-    'wrk.method = "POST"',
-    `wrk.body = ${lua(body(mode.stream))}`,
-    ...Object.entries(headers(t, mode.stream)).map(([k, v]) => `wrk.headers[ ${lua(k)} ] = ${lua(v)}`),
-    'done = function(summary, latency, requests)',
-    '  local e = summary.errors',
-    `  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d,"mean_us":%d}\\n',`,
-    '    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,',
-    '    latency:percentile(50), latency:percentile(99), latency.mean))',
-    'end',
-    '',
-  ].join('\n');
+  return wrkPostScript(body(mode.stream), headers(t, mode.stream));
 }
 
-async function wrk(url: string, luaFile: string, seconds: number): Promise<Load> {
-  const args = [`-t${S.threads}`, `-c${S.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, url];
-  const out = await runToEnd(launch('1', 'wrk', args), (seconds + 20) * 1000, 'wrk');
-  const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
-  if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
-  const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
-  return {
-    requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!,
-    p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3, meanMs: r.mean_us! / 1e3,
-  };
-}
+const wrk = (url: string, luaFile: string, seconds: number): Promise<Load> => runWrk(url, luaFile, seconds, S);
 
 // --- checks ---------------------------------------------------------------------------------------
 

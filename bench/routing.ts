@@ -33,9 +33,10 @@ import { Agent, request as httpRequest } from 'node:http';
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
-import { cleanUp, killAll, launch, onPath, PIN, runToEnd, startMock, startServer, stop, type Server } from './processes.ts';
+import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, startHaproxy } from './extras.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
+import { runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -155,35 +156,11 @@ function startGateway(mockUrl: string): Promise<Server> {
 
 // --- load generation (wrk, one Lua script per target and mode) ---------------------------------
 
-const lua = (s: string): string => `[==[${s}]==]`;
-
 function wrkScript(t: Target, mode: Mode): string {
-  const h = headers(t, mode.stream ? STREAM_MOCK : undefined);
-  return [
-    'wrk.method = "POST"',
-    `wrk.body = ${lua(body(t, mode.stream))}`,
-    ...Object.entries(h).map(([k, v]) => `wrk.headers[ ${lua(k)} ] = ${lua(v)}`),
-    'done = function(summary, latency, requests)',
-    '  local e = summary.errors',
-    `  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d,"mean_us":%d}\\n',`,
-    '    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,',
-    '    latency:percentile(50), latency:percentile(99), latency.mean))',
-    'end',
-    '',
-  ].join('\n');
+  return wrkPostScript(body(t, mode.stream), headers(t, mode.stream ? STREAM_MOCK : undefined));
 }
 
-async function wrk(url: string, luaFile: string, seconds: number): Promise<Load> {
-  const args = [`-t${S.threads}`, `-c${S.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, url];
-  const out = await runToEnd(launch('1', 'wrk', args), (seconds + 20) * 1000, 'wrk');
-  const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
-  if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
-  const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
-  return {
-    requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!,
-    p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3, meanMs: r.mean_us! / 1e3,
-  };
-}
+const wrk = (url: string, luaFile: string, seconds: number): Promise<Load> => runWrk(url, luaFile, seconds, S);
 
 // --- checks ---------------------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ import {
 } from './protocols.ts';
 import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss, type MemoryResult } from './extras.ts';
 import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
+import { runWrk, WRK_DONE } from './wrk.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -147,13 +148,7 @@ local key = os.getenv("BENCH_KEY")
 if key ~= nil and key ~= "" then wrk.headers["Authorization"] = "Bearer " .. key end
 local mock = os.getenv("BENCH_MOCK")
 if mock ~= nil and mock ~= "" then wrk.headers["x-mock"] = mock end
-done = function(summary, latency, requests)
-  local e = summary.errors
-  io.write(string.format('BENCH_RESULT {"requests":%d,"duration_us":%d,"errors":%d,"non2xx":%d,"p50_us":%d,"p99_us":%d,"mean_us":%d}\\n',
-    summary.requests, summary.duration, e.connect + e.read + e.write + e.timeout, e.status,
-    latency:percentile(50), latency:percentile(99), latency.mean))
-end
-`;
+${WRK_DONE}`;
 
 /** The request headers of a target and case (wrk's script sets the same from its environment). */
 function headersFor(target: Target, c: Case): Record<string, string> {
@@ -165,16 +160,8 @@ function headersFor(target: Target, c: Case): Record<string, string> {
 
 
 async function wrk(target: Target, c: Case, seconds: number, luaFile: string, shape = { threads: S.threads, connections: S.connections, cpu: '1' }): Promise<Load> {
-  const args = [`-t${shape.threads}`, `-c${shape.connections}`, `-d${seconds}s`, '--timeout', '10s', '-s', luaFile, `${target.url}/v1/chat/completions`];
   const env = { BENCH_BODY: c.body, BENCH_KEY: target.key ?? '', BENCH_MOCK: c.mock ?? '' };
-  const out = await runToEnd(launch(shape.cpu, 'wrk', args, env), (seconds + 20) * 1000);
-  const line = out.split('\n').find((l) => l.startsWith('BENCH_RESULT '));
-  if (!line) throw new Error(`no BENCH_RESULT in wrk output:\n${out}`);
-  const r = JSON.parse(line.slice('BENCH_RESULT '.length)) as Record<string, number>;
-  return {
-    requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!,
-    p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3, meanMs: r.mean_us! / 1e3,
-  };
+  return runWrk(`${target.url}/v1/chat/completions`, luaFile, seconds, shape, env);
 }
 
 async function autocannon(target: Target, c: Case, seconds: number): Promise<Load> {
