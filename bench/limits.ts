@@ -38,7 +38,7 @@ import { freePort } from '../test/support/haproxy.ts';
 import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, rssMb, startHaproxy, ttfb } from './extras.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
-import { runWrk, wrkPostScript } from './wrk.ts';
+import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -366,31 +366,23 @@ async function main(): Promise<void> {
 
   for (const t of targets) for (const mode of MODES) await check(t, where(t).url, mode);
   if (Number(redisCli(redis, 'DBSIZE')) === 0) throw new Error('the Redis gateway wrote nothing to Redis');
-  const scripts = new Map<string, string>();
-  for (const t of targets) {
-    for (const [i, mode] of MODES.entries()) {
-      const file = join(TMP, `${t.name.replace(/[^a-z]/g, '_')}-${i}.lua`);
-      writeFileSync(file, wrkScript(t, mode));
-      scripts.set(`${t.name}\0${mode.name}`, file);
-    }
-  }
-
-  const results: Results = new Map(MODES.map((m) => [m.name, new Map(targets.map((t) => [t.name, [] as Sample[]]))]));
-  for (let round = 0; round < S.rounds; round++) {
-    const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
-    for (const mode of MODES) {
-      for (const t of order) {
-        const { url, server } = where(t);
-        const s = await measure(t, url, server, mock, t.name === 'redis limits' ? redis : undefined, scripts.get(`${t.name}\0${mode.name}`)!);
-        results.get(mode.name)!.get(t.name)!.push(s);
-        process.stderr.write(
-          `round ${round + 1}/${S.rounds} ${mode.name.padEnd(18)} ${t.name.padEnd(15)} ${s.rps.toFixed(0).padStart(6)} req/s  ` +
-            `p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  cpu ${n(s.cpu)} µs/req  mock ${s.mockCpu.toFixed(0)} µs/req` +
-            `${Number.isFinite(s.redisCpu) ? `  redis ${s.redisCpu.toFixed(1)} µs/req, ${s.redisScripts.toFixed(2)} scripts/req` : ''}\n`,
-        );
-      }
-    }
-  }
+  const results: Results = await interleavedRounds(
+    targets,
+    MODES,
+    S.rounds,
+    TMP,
+    wrkScript,
+    (t, _mode, luaFile) => {
+      const { url, server } = where(t);
+      return measure(t, url, server, mock, t.name === 'redis limits' ? redis : undefined, luaFile);
+    },
+    (round, mode, t, s) =>
+      process.stderr.write(
+        `round ${round + 1}/${S.rounds} ${mode.name.padEnd(18)} ${t.name.padEnd(15)} ${s.rps.toFixed(0).padStart(6)} req/s  ` +
+          `p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  cpu ${n(s.cpu)} µs/req  mock ${s.mockCpu.toFixed(0)} µs/req` +
+          `${Number.isFinite(s.redisCpu) ? `  redis ${s.redisCpu.toFixed(1)} µs/req, ${s.redisScripts.toFixed(2)} scripts/req` : ''}\n`,
+      ),
+  );
 
   process.stderr.write(`single requests: ${SINGLE_N} sequential non-streaming requests per target, interleaved\n`);
   const single = await ttfb(targets.map((t) => ({ name: t.name, url: where(t).url, headers: headers(t, false) })), body(false), SINGLE_N, 100);
@@ -410,7 +402,7 @@ async function main(): Promise<void> {
     'every target answered 2xx in chat\'s shape (50 chunks for a stream), x-ratelimit-* headers on the `limited` rows only; no non-2xx under load; ' +
     `after the run the gateways counted 0 refusals and 0 store errors, and Redis held $${n(spent / 1e6, 2)} of spend for \`limited\``;
 
-  // What the run left in Redis: every settlement leaves a marker (settled:<lease>) for 10 minutes.
+  // What the run left in Redis: every settlement leaves a marker (settled:<lease>) for 2 minutes.
   const settled = redisCli(redis, '--scan', '--pattern', `${REDIS_PREFIX}settled:*`).split('\n').filter(Boolean);
   const memoryMb = Number(/^used_memory:(\d+)/m.exec(redisCli(redis, 'INFO', 'memory'))?.[1]) / 2 ** 20;
   const left =

@@ -36,7 +36,7 @@ import { stringify } from 'yaml';
 import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, startHaproxy } from './extras.ts';
 import { cpuTicks, median, type Load } from './stats.ts';
-import { runWrk, wrkPostScript } from './wrk.ts';
+import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -400,30 +400,22 @@ async function main(): Promise<void> {
 
   // Every target and mode answers 2xx in its client's shape before anything is measured.
   for (const t of [...targets, DIRECT_MESSAGES]) for (const mode of MODES) await check(t, where(t).url, mode);
-  const scripts = new Map<string, string>();
-  for (const t of targets) {
-    for (const [i, mode] of MODES.entries()) {
-      const file = join(TMP, `${t.name.replace(/[^a-z]/g, '_')}-${i}.lua`);
-      writeFileSync(file, wrkScript(t, mode));
-      scripts.set(`${t.name}\0${mode.name}`, file);
-    }
-  }
-
-  const results: Results = new Map(MODES.map((m) => [m.name, new Map(targets.map((t) => [t.name, [] as Sample[]]))]));
-  for (let round = 0; round < S.rounds; round++) {
-    const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
-    for (const mode of MODES) {
-      for (const t of order) {
-        const { url, server } = where(t);
-        const s = await measure(t, url, server, mock, scripts.get(`${t.name}\0${mode.name}`)!);
-        results.get(mode.name)!.get(t.name)!.push(s);
-        process.stderr.write(
-          `round ${round + 1}/${S.rounds} ${mode.name.padEnd(18)} ${t.name.padEnd(18)} ${s.rps.toFixed(0).padStart(6)} req/s  ` +
-            `p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  cpu ${n(s.cpu)} µs/req  mock ${s.mockCpu.toFixed(0)} µs/req\n`,
-        );
-      }
-    }
-  }
+  const results: Results = await interleavedRounds(
+    targets,
+    MODES,
+    S.rounds,
+    TMP,
+    wrkScript,
+    (t, _mode, luaFile) => {
+      const { url, server } = where(t);
+      return measure(t, url, server, mock, luaFile);
+    },
+    (round, mode, t, s) =>
+      process.stderr.write(
+        `round ${round + 1}/${S.rounds} ${mode.name.padEnd(18)} ${t.name.padEnd(18)} ${s.rps.toFixed(0).padStart(6)} req/s  ` +
+          `p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  cpu ${n(s.cpu)} µs/req  mock ${s.mockCpu.toFixed(0)} µs/req\n`,
+      ),
+  );
 
   const ttfbTargets = TTFB_TARGETS.map(byName).map((t) => ({ t, url: where(t).url }));
   process.stderr.write(`ttfb: ${TTFB_N} streaming requests per target, interleaved: ${TTFB_TARGETS.join(', ')}\n`);

@@ -1,5 +1,8 @@
 // wrk for the benchmarks: a POST script (fixed body and headers) whose `done` prints one
-// BENCH_RESULT line, and a run of it read back as a Load.
+// BENCH_RESULT line, a run of it read back as a Load, and the interleaved rounds that measure
+// several targets alike.
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { launch, runToEnd } from './processes.ts';
 import type { Load } from './stats.ts';
 
@@ -30,4 +33,40 @@ export async function runWrk(url: string, luaFile: string, seconds: number, shap
     requests: r.requests!, seconds: r.duration_us! / 1e6, errors: r.errors!, non2xx: r.non2xx!,
     p50Ms: r.p50_us! / 1e3, p99Ms: r.p99_us! / 1e3, meanMs: r.mean_us! / 1e3,
   };
+}
+
+/**
+ * Interleaved rounds: every target in every mode, once per round, the targets' order rotated each
+ * round so that none is always measured first or last. `script(target, mode)` is the wrk script
+ * (written once to `dir`); `measure` runs it. Results: mode → target → one sample per round.
+ */
+export async function interleavedRounds<T extends { name: string }, M extends { name: string }, S>(
+  targets: readonly T[],
+  modes: readonly M[],
+  rounds: number,
+  dir: string,
+  script: (t: T, mode: M) => string,
+  measure: (t: T, mode: M, luaFile: string) => Promise<S>,
+  report: (round: number, mode: M, t: T, sample: S) => void,
+): Promise<Map<string, Map<string, S[]>>> {
+  const scripts = new Map<string, string>();
+  for (const t of targets) {
+    for (const [i, mode] of modes.entries()) {
+      const file = join(dir, `${t.name.replace(/[^a-z]/g, '_')}-${i}.lua`);
+      writeFileSync(file, script(t, mode));
+      scripts.set(`${t.name}\0${mode.name}`, file);
+    }
+  }
+  const results = new Map(modes.map((m) => [m.name, new Map(targets.map((t) => [t.name, [] as S[]]))]));
+  for (let round = 0; round < rounds; round++) {
+    const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
+    for (const mode of modes) {
+      for (const t of order) {
+        const sample = await measure(t, mode, scripts.get(`${t.name}\0${mode.name}`)!);
+        results.get(mode.name)!.get(t.name)!.push(sample);
+        report(round, mode, t, sample);
+      }
+    }
+  }
+  return results;
 }
