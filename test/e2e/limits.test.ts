@@ -10,10 +10,13 @@ import { mockHeader, startMockUpstream, type MockUpstream } from '../support/moc
 import { assertAnthropicError, assertOpenAiError } from '../support/reliability.ts';
 import { writeFileSync } from 'node:fs';
 import { stringify } from 'yaml';
+import OpenAI from 'openai';
+import Anthropic from '@anthropic-ai/sdk';
 
 const RPM = 'sk-limits-rpm-000000001';
 const CONC = 'sk-limits-conc-00000001';
 const TPM = 'sk-limits-tpm-000000001';
+const BUDGET = 'sk-limits-budget-000001';
 
 let mock: MockUpstream;
 let gw: GatewayProcess;
@@ -36,7 +39,9 @@ const config = (rpm: number) => ({
     { name: 'rpm-key', key: RPM, limits: { rpm } },
     { name: 'conc-key', key: CONC, limits: { concurrent: 1 } },
     { name: 'tpm-key', key: TPM, limits: { tpm: 1000 } },
+    { name: 'budget-key', key: BUDGET, budget: { usd: 0.000001, period: 'day' } },
   ],
+  prices: { 'mock-gpt': { input: 1, output: 1 } },
   reload: { watch: false },
 });
 
@@ -131,6 +136,27 @@ describe('limits in memory', () => {
     assert.match(assertOpenAiError(await refused.text(), 'conc').message, /1 concurrent requests/);
     await stream.text();
     assert.equal((await chat(CONC)).status, 200);
+  });
+});
+
+describe('the official SDKs and a spent budget', () => {
+  test('the openai and anthropic SDKs, with their default retries, send a spent budget\'s request once (x-should-retry: false) and raise their rate-limit error', { timeout: 30_000 }, async () => {
+    // (Without x-should-retry the SDKs wait the Retry-After, the rest of the day: the test times out.)
+    // One request spends more than the budget ($0.000018 of $0.000001): from then on, refused.
+    assert.equal((await chat(BUDGET)).status, 200);
+    const refusals = () => gw.logs.filter((l) => l.event === 'access' && l.key_name === 'budget-key' && l.status === 429).length;
+    const before = refusals();
+    const openai = new OpenAI({ baseURL: `${gw.proxyUrl}/v1`, apiKey: BUDGET });
+    await assert.rejects(openai.chat.completions.create({ model: 'mock-gpt', messages: [{ role: 'user', content: 'hi' }] }), (error: unknown) => {
+      assert.ok(error instanceof OpenAI.RateLimitError, String(error));
+      assert.equal((error as InstanceType<typeof OpenAI.RateLimitError>).code, 'budget_exceeded');
+      return true;
+    });
+    const anthropic = new Anthropic({ baseURL: gw.proxyUrl, apiKey: BUDGET });
+    await assert.rejects(anthropic.messages.create({ model: 'mock-gpt', max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }), Anthropic.RateLimitError);
+    await gw.waitForLog(() => refusals() >= before + 2);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(refusals(), before + 2, 'each SDK sent its request once: no retry of a spent budget');
   });
 });
 
