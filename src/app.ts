@@ -13,6 +13,7 @@ import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
 import { openStore } from './limits/open-store.ts';
+import { MemoryStore } from './limits/memory-store.ts';
 import { RedisStore, redisEndpoint } from './limits/redis-store.ts';
 import type { LimitStore } from './limits/store.ts';
 import { STATE_VALUE } from './routing/targets.ts';
@@ -114,8 +115,12 @@ function drainSettings(config: Config): DrainSettings {
   };
 }
 
-/** The process's limiter on the store the config names (or the one given: a worker's, in its supervisor). Store errors are counted always and logged once every 10 s. */
-function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined): Limiter {
+/**
+ * The process's limiter on the store the config names, or the one given (a worker's: its
+ * supervisor's memory). A supervisor serves no request: it holds memory counters for its workers
+ * and never opens a Redis client. Store errors are counted always and logged once every 10 s.
+ */
+function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined, supervisor: boolean): Limiter {
   let lastLogged = -Infinity;
   const where = config.limits.store === 'redis' ? redisEndpoint(config.limits.redis!.url) : config.limits.store;
   const logError = (fields: object, error: Error) => {
@@ -124,7 +129,7 @@ function createLimiter(config: Config, logger: Loggers['events'], metrics: Metri
     lastLogged = now;
     logger.warn({ event: 'limit_store_error', store: where, reason: error.message, ...fields }, `the limit store (${where}) failed: ${error.message}`);
   };
-  const store = given ?? openStore(config.limits, (error) => logError({ operation: 'connect' }, error));
+  const store = given ?? (supervisor ? new MemoryStore() : openStore(config.limits, (error) => logError({ operation: 'connect' }, error)));
   return new Limiter(store, {
     refused: (key, scope, limit) => metrics.rateLimited.add(1, key, scope, limit),
     storeError: (operation, outcome, error) => {
@@ -201,7 +206,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       })),
     ...supervision.metricsSources(),
   });
-  const limiter = createLimiter(config, logger, metrics, options.limitStore);
+  const limiter = createLimiter(config, logger, metrics, options.limitStore, supervision.workers > 0);
   if (limiter.store instanceof RedisStore && !(await limiter.store.ready(config.limits.redis!.connect_timeout_ms))) {
     logger.warn({ event: 'limit_store_unreachable', store: redisEndpoint(config.limits.redis!.url), on_store_error: config.limits.on_store_error }, 'Redis for the limits cannot be reached yet; limits.on_store_error applies until it can');
   }

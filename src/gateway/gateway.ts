@@ -8,7 +8,7 @@ import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
 import { ClientKeys, type ClientKey } from '../auth/keys.ts';
-import { LimitPolicy, type Limiter } from '../limits/limiter.ts';
+import { LimitPolicy, UNLIMITED, type Limiter } from '../limits/limiter.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
@@ -214,7 +214,7 @@ export class Gateway {
     });
     const admission = admitting instanceof Promise ? await admitting : admitting;
     if (admission instanceof GatewayError) return sendError(ctx, decision, admission);
-    if (admission.headers !== undefined) ctx.responseHeaders = admission.headers;
+    if (admission !== UNLIMITED) ctx.responseHeaders = admission.headers;
     // Settled when the response closes (or now, if the client left while the limits were checked).
     ctx.whenFinished((status) => {
       const usage = ctx.usage;

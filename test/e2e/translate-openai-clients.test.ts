@@ -110,6 +110,12 @@ function anthropicMessage(content: Json[], stopReason = 'end_turn', usage: Json 
 
 const WEATHER_SCHEMA = { type: 'object', properties: { city: { type: 'string' }, unit: { type: 'string', enum: ['c', 'f'] } }, required: ['city'] };
 /** The weather call, its arguments split across input_json_delta events the way Anthropic splits them. */
+/** A finished tool round (question, call of get_weather for Paris, its result) as the Anthropic provider must receive it. */
+const WEATHER_HISTORY_UPSTREAM = [
+  { role: 'user', content: 'Weather in Paris?' },
+  { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
+  { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '18°C, sunny' }] },
+];
 const WEATHER_CALL = { id: 'toolu_01A09q90qw90lq917835lq9', name: 'get_weather', json: ['{"ci', 'ty": "Pa', 'ris", "unit"', ': "c"}'] };
 const WEATHER_ARGS = { city: 'Paris', unit: 'c' };
 const chatWeatherTool: OpenAI.ChatCompletionTool = { type: 'function', function: { name: 'get_weather', description: 'The weather in a city', parameters: WEATHER_SCHEMA } };
@@ -635,11 +641,7 @@ describe('3. tools', () => {
       ],
       tools: [responsesWeatherTool],
     });
-    assert.deepEqual(sentUpstream().messages, [
-      { role: 'user', content: 'Weather in Paris?' },
-      { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
-      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '18°C, sunny' }] },
-    ]);
+    assert.deepEqual(sentUpstream().messages, WEATHER_HISTORY_UPSTREAM);
   });
 
   test('the manual loop, as the openai docs write it: the answer appended as it came back, then the tool result', async () => {
@@ -719,11 +721,7 @@ describe('3. tools', () => {
       ];
       const { text } = await generateText({ model: modelFor(), messages, tools: aiWeather(), maxRetries: 0 });
       assert.equal(text, 'mock reply');
-      assert.deepEqual(sentUpstream().messages, [
-        { role: 'user', content: 'Weather in Paris?' },
-        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'get_weather', input: { city: 'Paris' } }] },
-        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: '18°C, sunny' }] },
-      ]);
+      assert.deepEqual(sentUpstream().messages, WEATHER_HISTORY_UPSTREAM);
     });
   }
 
