@@ -9,6 +9,7 @@ import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics, type MetricsJson } from './telemetry/metrics.ts';
 import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
+import { startTracing } from './telemetry/tracing.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
@@ -18,15 +19,19 @@ import { RedisStore, redisEndpoint } from './limits/redis-store.ts';
 import type { LimitStore } from './limits/store.ts';
 import { STATE_VALUE } from './routing/targets.ts';
 import { AdminRoutes } from './admin/admin.ts';
+import { StatusFeed } from './admin/status-feed.ts';
+import { StatusSnapshots, type ConfigFacts, type ExitedEvent, type LastReload } from './admin/status-snapshot.ts';
+import { OPEN_WORK_SHOWN } from './cluster/group-info.ts';
 import { Listener, type ListenerHandlers } from './server/listener.ts';
 import { ListenerSockets, type SocketProvider } from './server/sockets.ts';
 import { createRequestHandler } from './server/requests.ts';
 import { createUpgradeHandler } from './server/upgrade.ts';
 import { RealtimeRoute } from './gateway/realtime.ts';
-import type { BoundListener, ProcessInfo } from './lifecycle/process-info.ts';
+import type { BoundListener, ProcessInfo, ProcessStatus } from './lifecycle/process-info.ts';
 import { oneProcess, type Supervision } from './cluster/supervision.ts';
 import { configStore, type ResourceStore } from './config/store.ts';
 import type { SourceState } from './config/etcd-source.ts';
+import { isDeepStrictEqual } from 'node:util';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -45,9 +50,11 @@ export interface RunningGateway {
   /** Logs (`config_reload_failed`) and counts a reload that could not be applied. */
   reloadFailed(reason: string, fields?: object): void;
   /** A new config was refused: the last good one keeps serving. */
-  reloadRejected(): void;
+  reloadRejected(trigger?: string, reason?: string): void;
   /** This process's state, as GET /server_info reports it. */
   info(): ProcessInfo;
+  /** This process's state for the status page (a supervisor asks its workers for it). */
+  status(): ProcessStatus;
   /** This process's metrics, for a supervisor to sum. */
   metricsJson(): Promise<MetricsJson>;
   /** Where each listener of this process listens (`host:port`, the port bound when 0 was asked). */
@@ -151,9 +158,12 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   /** The whole config serving (a supervisor's own has only the admin listeners): what a resource write is checked against. */
   let currentFull = fullConfig;
   let listeners: Listener[] = [];
+  // Traces: each process that serves requests exports its own (a supervisor serves none); off, the SDK is never loaded.
+  const tracing = supervision.workers > 0 ? undefined : await startTracing(config.tracing, logger, version);
   const lifecycle = new Lifecycle({
     clock: systemClock,
-    log: logger,
+    // The drain's lines are also span events when tracing is on.
+    log: tracing ? tracing.lifecycleLog(logger) : logger,
     settings: drainSettings(config),
     hooks: {
       stopAccepting: (include) => {
@@ -170,6 +180,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
           closeSource(),
           // Usage of the requests that finished is committed to the limit store, then its client closes.
           limiter.close(SNAPSHOT_FLUSH_MS),
+          // Whoever watches the status page or `sluice status` is told, last (`exited`).
+          statusFeed.close(lifecycle.forcedReason),
+          // The spans not yet exported, within tracing.flush_timeout_ms.
+          tracing?.shutdown(),
         ]);
         await supervision.stopped();
         flushLogger(logger);
@@ -236,6 +250,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const gateway = new Gateway(createRouting(config, modelListEvents), {
     decision: lifecycle,
     limiter,
+    tracing,
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
     reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'request handler failed'),
     clock: systemClock,
@@ -277,6 +292,40 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     return { ...head, ...(await supervision.groupInfo(info())) };
   };
   const renderMetrics = async (): Promise<string> => metrics.render(await supervision.workerMetrics());
+  /** The status page's data: computed only while someone watches (admin/status-feed.ts). */
+  const status = (): ProcessStatus => ({
+    ...info(),
+    pid: process.pid,
+    in_flight_by: [...metrics.inFlight.cells()].filter((c) => c.value > 0).map((c) => ({ endpoint: c.labels.endpoint!, protocol: c.labels.protocol!, count: c.value })),
+    open_work: lifecycle.openWork(OPEN_WORK_SHOWN),
+    drain_window_secs: lifecycle.drainWindowSecs(),
+    drain_moments: lifecycle.drainMoments(),
+  });
+  let lastReload: LastReload | null = null;
+  const configFacts = (): ConfigFacts => {
+    const source = options.configSource?.state();
+    return {
+      source: options.configSource ? 'etcd' : options.configFile ? 'file' : 'embedded',
+      ...(options.configFile ? { file: options.configFile } : {}),
+      ...(source ? { revision: source.revision, connected: source.connected } : {}),
+      last_reload: lastReload,
+    };
+  };
+  const snapshots = new StatusSnapshots({ version, startedAt, status: () => supervision.groupStatus(status()), config: configFacts });
+  const statusFeed = new StatusFeed({
+    snapshot: () => snapshots.next(),
+    exited: (forced): ExitedEvent => ({
+      at: new Date().toISOString(),
+      pid: process.pid,
+      exit_code: forced !== undefined ? 1 : supervision.exitCode,
+      forced: forced ?? null,
+      drain_secs: Math.round(lifecycle.drainSeconds() * 1000) / 1000,
+      timeline: lifecycle.drainMoments(),
+    }),
+    intervalMs: () => (lifecycle.draining ? 500 : 1000),
+    maxWatchers: 32,
+    failed: (error) => logger.error({ event: 'handler_error', err: error }, 'building a status snapshot failed'),
+  });
   const createAdmin = (c: Config) =>
     new AdminRoutes({
       metrics,
@@ -290,6 +339,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       serverInfo,
       renderMetrics,
       hotRestart: options.hotRestart,
+      status: c.admin.status_page ? statusFeed : undefined,
     });
   let admin = createAdmin(config);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
@@ -353,6 +403,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const reloadFailed = (reason: string, fields: object = {}) => {
     metrics.configReloads.labels('failure').inc();
     metrics.configLastReloadSuccessful.set(0);
+    const trigger = (fields as { trigger?: unknown }).trigger;
+    lastReload = { at: new Date().toISOString(), trigger: typeof trigger === 'string' ? trigger : 'unknown', outcome: 'failure', reason };
     logger.error({ event: 'config_reload_failed', reason, ...fields }, `applying the new configuration failed; the previous one keeps serving: ${reason}`);
   };
 
@@ -449,6 +501,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
             current = next;
             metrics.configReloads.labels('success').inc();
             metrics.configLastReloadSuccessful.set(1);
+            lastReload = { at: new Date().toISOString(), trigger, outcome: 'success' };
             logger.info(
               { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
               'configuration reloaded',
@@ -475,6 +528,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
    */
   async function reload(nextFull: Config, trigger: string): Promise<boolean> {
     supervision.reloadStarting(nextFull);
+    if (!isDeepStrictEqual(nextFull.tracing, currentFull.tracing)) {
+      logger.warn({ event: 'config_reload_partial', setting: 'tracing', reason: 'read at start' }, 'the tracing settings are read at start: this change applies when the gateway is restarted');
+    }
     let prepared: PreparedReload;
     try {
       prepared = await prepareReload(supervision.own(nextFull), trigger);
@@ -509,11 +565,13 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     reload,
     prepareReload,
     reloadFailed,
-    reloadRejected: () => {
+    reloadRejected: (trigger = 'unknown', reason = 'the new configuration is not valid') => {
       metrics.configReloads.labels('failure').inc();
       metrics.configLastReloadSuccessful.set(0);
+      lastReload = { at: new Date().toISOString(), trigger, outcome: 'failure', reason };
     },
     info,
+    status,
     metricsJson: () => metrics.json(),
     boundListeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: l.boundAddress })),
   };

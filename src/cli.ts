@@ -18,6 +18,7 @@ import { Keeper } from './hot-restart/keeper.ts';
 import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
 import { requestRestart } from './hot-restart/restart-command.ts';
 import { applyResources, getResources } from './commands/resources-command.ts';
+import { followStatus } from './commands/status-command.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -37,11 +38,14 @@ Usage:
   sluice get providers|models|keys [NAME] [-o json|yaml] [--admin URL] [--token TOKEN] [--config FILE]
                                      lists them as a table (secrets left out); -o yaml prints a
                                      file that apply -f takes
+  sluice status [--admin URL] [--token TOKEN] [--config FILE]
+                                     follows the gateway live (its status page, in a terminal):
+                                     a progress bar during a drain; exits when the gateway exits
   sluice --version | --help
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
 proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
-restart, apply and get ask the admin listener of the config (or --admin URL) with --token, else
+restart, apply, get and status ask the admin listener of the config (or --admin URL) with --token, else
 SLUICE_ADMIN_TOKEN, else the config's admin token.
 Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once; SIGHUP reloads
 the config; SIGUSR2 hot restarts (hot_restart.enabled). With workers > 1 or hot restart, signal
@@ -79,7 +83,7 @@ async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const command = positionals[0] ?? 'serve';
-  if (positionals.length > (command === 'get' ? 3 : 1) || !['serve', 'validate', 'restart', 'apply', 'get'].includes(command)) {
+  if (positionals.length > (command === 'get' ? 3 : 1) || !['serve', 'validate', 'restart', 'apply', 'get', 'status'].includes(command)) {
     process.stderr.write(`sluice: unknown command "${positionals.join(' ')}"\n\n${HELP}`);
     return 2;
   }
@@ -91,7 +95,7 @@ async function main(argv: string[]): Promise<number> {
   } catch (error) {
     if (!(error instanceof ConfigError)) throw error;
     // `sluice restart|apply|get --admin URL` need nothing of a config (its `${VAR}`s may not be set here).
-    if ((command === 'restart' || command === 'apply' || command === 'get') && values.admin) config = loadDefaultConfig();
+    if ((command === 'restart' || command === 'apply' || command === 'get' || command === 'status') && values.admin) config = loadDefaultConfig();
     else {
       process.stderr.write(`sluice: ${error.message}\n`);
       return 1;
@@ -99,6 +103,7 @@ async function main(argv: string[]): Promise<number> {
   }
   if (command === 'restart') return requestRestart(config, { admin: values.admin, token: values.token ?? process.env.SLUICE_ADMIN_TOKEN });
   if (command === 'apply') return applyResources(config, { file: values.file, admin: values.admin, token: values.token });
+  if (command === 'status') return followStatus(config, { admin: values.admin, token: values.token });
   if (command === 'get') return getResources(config, { kind: positionals[1], name: positionals[2], output: values.output, admin: values.admin, token: values.token });
   if (command === 'validate') {
     process.stdout.write(
@@ -270,7 +275,7 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
         next = source.load(trigger);
       } catch (error) {
         if (!(error instanceof ConfigError)) throw error;
-        started.reloadRejected();
+        started.reloadRejected(trigger, error.problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; '));
         logger.error({ event: 'config_reload_failed', trigger, source: error.source, problems: error.problems }, 'new configuration rejected; the last good one keeps serving');
         return;
       }

@@ -128,7 +128,7 @@ export async function runWorker(version: string): Promise<number> {
         return;
       }
       case 'query': {
-        const answer = message.kind === 'info' ? Promise.resolve(gw.info()) : gw.metricsJson();
+        const answer = message.kind === 'info' ? Promise.resolve(gw.info()) : message.kind === 'status' ? Promise.resolve(gw.status()) : gw.metricsJson();
         answer.then(
           (value) => send({ type: 'reply', id: message.id, value }),
           () => send({ type: 'reply', id: message.id, value: undefined }),

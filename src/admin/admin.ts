@@ -12,6 +12,8 @@ import { ADMIN_ROUTES, openApiDocument, type AdminRoute } from './openapi.ts';
 import { serveResources, type AuditLog } from './resources-api.ts';
 import type { ResourceStore } from '../config/store.ts';
 import type { Config } from '../config/schema.ts';
+import type { StatusFeed } from './status-feed.ts';
+import { STATUS_PAGE, STATUS_PAGE_HEADERS } from './status-page.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
@@ -33,12 +35,15 @@ export interface AdminEnvironment {
   readonly current: () => Config;
   /** Where `config_write` audit events go. */
   readonly audit: AuditLog;
+  /** GET /status/events; absent with `admin.status_page: false` (then /status and /status/events are 404). */
+  readonly status?: StatusFeed | undefined;
 }
 
 /** Who an unauthenticated caller is in audit events (no admin token configured). */
 const NO_TOKEN = 'anonymous (no admin token configured)';
 
 const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
+const STATUS_EVENTS = '/status/events';
 /** The resource routes (resources-api.ts) live below this path. */
 const CONFIG = '/config';
 const UNAUTHORIZED = () => new GatewayError(401, 'authentication_error', 'invalid_admin_token', 'admin token missing or wrong: send "Authorization: Bearer <admin.token>"');
@@ -51,7 +56,12 @@ export class AdminRoutes implements RouteTable {
   constructor(env: AdminEnvironment) {
     this.#env = env;
     this.#tokens = env.tokens.map((t) => ({ name: t.name, digest: digest(t.token) }));
-    this.#openApi = JSON.stringify(openApiDocument(env.version));
+    this.#openApi = JSON.stringify(openApiDocument(env.version, env.status ? ADMIN_ROUTES : ADMIN_ROUTES.filter((r) => !r.statusPage)));
+  }
+
+  /** The status event stream is a live view: not in flight, ended at the exit (requests.ts). */
+  watches(path: string): boolean {
+    return path === STATUS_EVENTS && this.#env.status !== undefined;
   }
 
   endpointOf(path: string): string | undefined {
@@ -68,7 +78,7 @@ export class AdminRoutes implements RouteTable {
       return serveResources({ store: resources, current, audit, decision }, ctx, path.slice(CONFIG.length + 1).split('/').filter((s, i, all) => s !== '' || i < all.length - 1), who);
     }
     const route = ROUTES.get(path);
-    if (!route) return sendError(ctx, decision, errors.notFound(path));
+    if (!route || (route.statusPage && !this.#env.status)) return sendError(ctx, decision, errors.notFound(path));
     if (ctx.req.method !== route.method) return sendError(ctx, decision, errors.methodNotAllowed(ctx.req.method ?? '', path, route.method));
     if (!route.open && this.#caller(ctx) === undefined) return sendError(ctx, decision, UNAUTHORIZED());
     this.#serve(ctx, route);
@@ -82,6 +92,11 @@ export class AdminRoutes implements RouteTable {
         return this.#metrics(ctx);
       case '/openapi.json':
         return sendJson(ctx, lifecycle, 200, this.#openApi);
+      case '/status':
+        writeHead(ctx, lifecycle, 200, { ...STATUS_PAGE_HEADERS, 'content-length': Buffer.byteLength(STATUS_PAGE) });
+        return void ctx.res.end(STATUS_PAGE);
+      case STATUS_EVENTS:
+        return this.#env.status!.serve(ctx, lifecycle);
       case '/server_info':
         return this.#async(ctx, this.#env.serverInfo().then((info) => ({ type: 'application/json', body: JSON.stringify(info) })));
       case '/healthcheck/fail':

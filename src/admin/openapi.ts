@@ -7,8 +7,12 @@ export interface AdminRoute {
   method: 'GET' | 'POST';
   path: string;
   summary: string;
-  /** Served without the admin token (probes and scrapers). */
+  /** Served without the admin token (probes, scrapers, and the status page's empty shell). */
   open?: boolean;
+  /** The answer's media type, when not JSON. */
+  type?: string;
+  /** Turned off with `admin.status_page: false` (then 404, and left out of this document). */
+  statusPage?: boolean;
   query?: { name: string; description: string }[];
 }
 
@@ -21,7 +25,7 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
     open: true,
     query: [{ name: 'verbose', description: 'List the individual checks.' }],
   },
-  { method: 'GET', path: '/metrics', summary: 'Prometheus metrics.', open: true },
+  { method: 'GET', path: '/metrics', summary: 'Prometheus metrics.', open: true, type: 'text/plain' },
   { method: 'GET', path: '/server_info', summary: 'State, version, in-flight requests, connections, drain progress, listeners; each worker, with workers > 1.' },
   {
     method: 'POST',
@@ -42,6 +46,22 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
   { method: 'POST', path: '/healthcheck/fail', summary: 'Fail readiness; every `default` listener retires its connections at once.' },
   { method: 'POST', path: '/healthcheck/ok', summary: 'Pass readiness again.' },
   { method: 'GET', path: '/openapi.json', summary: 'This document.' },
+  {
+    method: 'GET',
+    path: '/status',
+    summary: 'The live status page (HTML, no data of its own: it reads /status/events with the admin token from the URL fragment, `/status#token=…`, or asks for it).',
+    open: true,
+    type: 'text/html',
+    statusPage: true,
+  },
+  {
+    method: 'GET',
+    path: '/status/events',
+    summary:
+      'Server-sent events: `status` about every second (every half second during a drain) with in-flight requests, connections, requests per second, targets, workers, config source and last reload, and the drain with its timeline and the streams and sessions still open; then `exited` as the process exits, and the stream ends. Not in flight: no drain waits for it. At most 32 at once (429 beyond).',
+    type: 'text/event-stream',
+    statusPage: true,
+  },
 ];
 
 /** The resource routes (resources-api.ts), documented with their schemas (from the config schema, so they cannot drift either). */
@@ -109,18 +129,19 @@ const componentSchema = (schema: z.ZodType): object => {
   return rest;
 };
 
-export function openApiDocument(version: string): object {
+export function openApiDocument(version: string, routes: readonly AdminRoute[] = ADMIN_ROUTES): object {
   const paths: Record<string, object> = {};
-  for (const route of ADMIN_ROUTES) {
+  for (const route of routes) {
     paths[route.path] = {
       [route.method.toLowerCase()]: {
         summary: route.summary,
         ...(route.open ? { security: [] } : {}),
         parameters: (route.query ?? []).map((q) => ({ name: q.name, in: 'query', required: false, description: q.description, allowEmptyValue: true, schema: { type: 'boolean' } })),
         responses: {
-          '200': { description: 'OK', content: { [route.path === '/metrics' ? 'text/plain' : 'application/json']: {} } },
+          '200': { description: 'OK', content: { [route.type ?? 'application/json']: {} } },
           ...(route.open ? {} : { '401': { description: 'Missing or wrong admin token (when `admin.token` is set).', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } } }),
           ...(route.path === '/readyz' ? { '503': { description: 'Not ready (draining, or health check failed).' } } : {}),
+          ...(route.path === '/status/events' ? { '429': { description: 'Too many watchers at once.', content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } } } : {}),
         },
       },
     };

@@ -5,7 +5,7 @@ import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { BoundListener } from '../lifecycle/process-info.ts';
 
 
-export type QueryKind = 'info' | 'metrics';
+export type QueryKind = 'info' | 'metrics' | 'status';
 
 /** Supervisor → worker. */
 export type ToWorker =

@@ -9,9 +9,9 @@ import type { HealthCheck } from '../lifecycle/health.ts';
 import { describeWaiting } from '../lifecycle/progress.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { MetricsJson, StateSources } from '../telemetry/metrics.ts';
-import type { BoundListener, ProcessInfo } from '../lifecycle/process-info.ts';
+import type { BoundListener, GroupStatus, ProcessInfo, ProcessStatus } from '../lifecycle/process-info.ts';
 import type { SocketProvider } from '../server/sockets.ts';
-import { mergeGroupInfo } from './group-info.ts';
+import { mergeGroupInfo, mergeGroupStatus } from './group-info.ts';
 import type { ReloadProblem, Supervisor, WorkerGroup } from './worker-group.ts';
 
 /** What supervision sees of the process it runs in (read when asked: the lifecycle is built after the hooks). */
@@ -44,6 +44,8 @@ export interface Supervision {
   healthChecks(): HealthCheck[];
   /** /server_info: this process's info, with the workers' summed and listed. */
   groupInfo(local: ProcessInfo): Promise<object>;
+  /** The status page: this process's status, with the workers' summed and listed. */
+  groupStatus(local: ProcessStatus): Promise<GroupStatus>;
   /** The workers' metrics, to sum with this process's. */
   workerMetrics(): Promise<MetricsJson[]>;
   /** Warns of what a reload of this config does not change. */
@@ -67,6 +69,7 @@ export const oneProcess: Supervision = {
   start: async () => [],
   healthChecks: () => [],
   groupInfo: async (local) => local,
+  groupStatus: async (local) => ({ ...local, workers: [] }),
   workerMetrics: async () => [],
   reloadStarting: () => {},
   prepareReload: async () => [],
@@ -144,6 +147,10 @@ export class GroupSupervision implements Supervision {
 
   async groupInfo(local: ProcessInfo): Promise<object> {
     return mergeGroupInfo(local, await this.#workers.query<ProcessInfo>('info'));
+  }
+
+  async groupStatus(local: ProcessStatus): Promise<GroupStatus> {
+    return mergeGroupStatus(local, await this.#workers.query<ProcessStatus>('status'));
   }
 
   async workerMetrics(): Promise<MetricsJson[]> {

@@ -282,6 +282,25 @@ const reload = z.strictObject({
   watch: fromEnv(z.boolean()).default(true),
 });
 
+const tracing = z.strictObject({
+  /** OpenTelemetry traces over OTLP/HTTP (JSON): off by default, and then nothing of the SDK is loaded. Read at start. */
+  enabled: fromEnv(z.boolean()).default(false),
+  /**
+   * The collector's OTLP/HTTP traces URL. Unset: OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, else
+   * OTEL_EXPORTER_OTLP_ENDPOINT with /v1/traces added, else http://127.0.0.1:4318/v1/traces.
+   */
+  endpoint: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).optional(),
+  /** Headers sent with every export (an authorization token, say): may hold secrets, never logged. Added to OTEL_EXPORTER_OTLP_HEADERS. */
+  headers: z.record(z.string(), z.string()).default({}),
+  /** The share of new traces recorded (0 to 1); a request with a `traceparent` follows its caller's decision. */
+  sample_ratio: fromEnv(z.number().min(0).max(1)).default(1),
+  /** `service.name` of every span. Unset: OTEL_SERVICE_NAME, else "sluice". */
+  service_name: z.string().min(1).optional(),
+  /** L9: at the exit, the spans not yet exported get at most this long; the rest are counted as lost. */
+  flush_timeout_ms: fromEnv(z.number().int().positive()).default(2000),
+});
+export type TracingConfig = z.infer<typeof tracing>;
+
 const workersRecycle = z.strictObject({
   /** A worker whose resident memory passes this many MiB is replaced (its replacement serves first); 0: never. */
   max_rss_mb: fromEnv(z.number().nonnegative()).default(0),
@@ -385,6 +404,8 @@ const admin = z.strictObject({
   tokens: z.array(z.strictObject({ name, token: adminToken })).default([]),
   /** Admin listeners must bind to loopback unless this is true. */
   allow_non_loopback: fromEnv(z.boolean()).default(false),
+  /** GET /status (the live status page) and GET /status/events (its event stream); false: both 404. */
+  status_page: fromEnv(z.boolean()).default(true),
 });
 
 const log = z.strictObject({
@@ -423,6 +444,7 @@ export const configSchema = z
     /** Providers, models and keys live in etcd (one key each); this file keeps what belongs to the host. */
     etcd: etcd.optional(),
     snapshot: snapshot.default(snapshot.parse({})),
+    tracing: tracing.default(tracing.parse({})),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.

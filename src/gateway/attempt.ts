@@ -12,6 +12,7 @@ import type { TargetState } from '../routing/targets.ts';
 import { retryAfterMs, statusFailure, transportFailure } from '../routing/failures.ts';
 import type { Translation } from '../translate/registry.ts';
 import { FirstContentWatch } from './first-content.ts';
+import type { AttemptTrace } from '../telemetry/tracing.ts';
 
 /** An error answer is read up to this much (for its class and to return it); the rest is cut. */
 const MAX_ERROR_BODY = 64 * 1024;
@@ -67,6 +68,8 @@ export class Attempt implements ResponseHandler {
   readonly #clock: Clock;
   readonly #startedAt: number;
   controller: DispatchController | undefined;
+  /** Its span, when the request is traced. */
+  trace: AttemptTrace | undefined;
   #phase: 'headers' | 'error_body' | 'holding' | 'committed' | 'done' = 'headers';
   #status = 0;
   #headers: IncomingHttpHeaders = {};

@@ -16,6 +16,7 @@ import { authError, errors, GatewayError, type ErrorDialect } from '../api/error
 import { upstreamHeaders } from './headers.ts';
 import { ResponseRelay, type RelayEnvironment } from './relay.ts';
 import { RoutedExchange, type ExchangeEnvironment } from './routed-exchange.ts';
+import type { Tracing } from '../telemetry/tracing.ts';
 import { anthropicListBody, anthropicPage, ModelCatalog, modelBody, openaiListBody, type ModelListEvents } from './models.ts';
 
 export interface Routing {
@@ -79,7 +80,12 @@ function dialectOf(ctx: RequestContext, spec: EndpointSpec | undefined): ErrorDi
   return ctx.req.headers['anthropic-version'] === undefined ? 'openai' : 'anthropic';
 }
 
-export type GatewayEnvironment = RelayEnvironment & ExchangeEnvironment & { readonly limiter: Limiter };
+export type GatewayEnvironment = RelayEnvironment &
+  ExchangeEnvironment & {
+    readonly limiter: Limiter;
+    /** Traces (`tracing.enabled`); undefined when off: then a request costs this one check. */
+    readonly tracing?: Tracing | undefined;
+  };
 
 export class Gateway {
   #routing: Routing;
@@ -116,6 +122,11 @@ export class Gateway {
     const routing = this.#routing;
     const { req } = ctx;
     const spec = MODEL_ENDPOINTS.get(path);
+    const tracing = this.#env.tracing;
+    if (tracing) {
+      const headers = req.headers;
+      ctx.trace = tracing.startRequest({ method: req.method ?? '', path, endpoint: ctx.endpoint, requestId: ctx.id, traceparent: headers.traceparent, tracestate: headers.tracestate });
+    }
     ctx.dialect = dialectOf(ctx, spec);
     if (routing.pending !== undefined && (spec || path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`))) {
       return sendError(ctx, this.#env.decision, errors.configNotLoaded(routing.pending));
@@ -197,6 +208,7 @@ export class Gateway {
     const model = body.model;
     if (typeof model !== 'string' || model === '') return sendError(ctx, decision, errors.missingModel());
     ctx.model = model;
+    ctx.trace?.requested(body);
     if (!ctx.key.allows(model)) return sendError(ctx, decision, errors.modelNotAllowed(model, ctx.key.name));
     const route = routing.router.resolve(model);
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));

@@ -6,7 +6,8 @@
 // speaks another API) and never switched: a later failure ends it with the explicit error event.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Clock, TimerHandle } from '../lifecycle/clock.ts';
-import type { DispatchController, Endpoint, Provider, ResponseHandler } from '../providers/types.ts';
+import type { DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../providers/types.ts';
+import type { AttemptTrace } from '../telemetry/tracing.ts';
 import type { Route } from '../routing/router.ts';
 import type { CooldownSettings } from '../routing/targets.ts';
 import type { RetryBudget } from '../routing/retry-budget.ts';
@@ -125,7 +126,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     this.#aborted = true;
     this.#waiting?.cancel();
     (this.#committed ?? this.#current)?.abandon(reason);
-    this.#finish();
+    this.#finish('cancelled');
   }
 
   // -- attempts ----------------------------------------------------------------------------------
@@ -169,8 +170,22 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     prepared.state.begin(this.#env.clock.now());
     const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream, this.#stream && this.#mayTryAgain(prepared.index));
     this.#current = attempt;
+    let request = prepared.request;
+    const trace = this.#req.ctx.trace;
+    if (trace) {
+      const { provider, translation } = prepared;
+      attempt.trace = trace.startAttempt({
+        provider: provider.name,
+        providerType: provider.type,
+        model: this.#req.ctx.upstreamModel,
+        origin: provider.origin,
+        number: this.#attempts,
+        translatedTo: translation ? request.endpoint : undefined,
+      });
+      request = tracedRequest(request, attempt.trace);
+    }
     try {
-      prepared.provider.dispatch(prepared.request, attempt);
+      prepared.provider.dispatch(request, attempt);
     } catch (error) {
       attempt.onResponseError(undefined as never, error as Error);
     }
@@ -265,6 +280,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
   /** An attempt failed before anything was committed. */
   failed(attempt: Attempt, failure: Failure): void {
     const { prepared } = attempt;
+    attempt.trace?.failed(failure.kind, failure.status);
     const now = this.#env.clock.now();
     prepared.state.end();
     this.#endBudget();
@@ -415,6 +431,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     this.#deadline?.cancel();
     this.#endBudget();
     prepared.state.succeeded(latencyMs);
+    attempt.trace?.committed(status);
     this.#env.attempted(prepared.provider.name, prepared.label, 'success');
     this.#begin(prepared, status, headers);
     if (this.#paused) attempt.controller?.pause();
@@ -570,11 +587,12 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     // What arrived before the failure goes out before its error event.
     if (this.#deferred) this.#flushDeferred();
     if (this.#finished) return;
-    this.#finish();
+    this.#finish(errorTypeOf(error));
     this.#downstream.onResponseError(this, error);
   }
 
-  #finish(): void {
+  /** `errorType`: why the committed (or current) attempt ended early, for its span. */
+  #finish(errorType?: string): void {
     if (this.#finished) return;
     this.#finished = true;
     this.#deadline?.cancel();
@@ -583,5 +601,20 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     const usage = this.#usage?.finish();
     if (usage) this.#req.ctx.usage = usage;
     this.#req.ctx.attempts = this.#attempts;
+    // Attempts that failed before a commit have ended their spans already.
+    (this.#committed ?? this.#current)?.trace?.end(usage, errorType);
   }
+}
+
+/** A broken answer's error, as a span's `error.type`: its code (undici's, or ours), else its name. */
+function errorTypeOf(error: Error): string {
+  const code = (error as { code?: unknown }).code;
+  return typeof code === 'string' && code !== '' ? code : error.name;
+}
+
+/** The request an attempt sends when traced: its own `traceparent` (the caller's `tracestate` only if the caller's `traceparent` was valid). */
+function tracedRequest(request: ProviderRequest, trace: AttemptTrace): ProviderRequest {
+  const headers: Record<string, string | string[]> = { ...request.headers, traceparent: trace.traceparent };
+  if (!trace.keepsTracestate) delete headers.tracestate;
+  return { ...request, headers };
 }

@@ -38,6 +38,12 @@ export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | 
   return out;
 }
 
+/** The model an answer names (OpenAI's `model`, Anthropic's `message.model`), kept with its usage. */
+function withModel(usage: Usage | undefined, model: unknown): Usage | undefined {
+  if (usage && typeof model === 'string' && model !== '') usage.model = model.length > 256 ? model.slice(0, 256) : model;
+  return usage;
+}
+
 /** A token count as a provider may report it: a finite number, never negative. */
 function num(value: unknown): number | undefined {
   return typeof value === 'number' && Number.isFinite(value) && value >= 0 ? value : undefined;
@@ -59,7 +65,8 @@ export class JsonUsageReader implements UsageReader {
     this.#chunks = [];
     if (body.indexOf(USAGE_MARK) === -1) return undefined;
     try {
-      return readUsageFrom((JSON.parse(body.toString('utf8')) as Json).usage, undefined);
+      const answer = JSON.parse(body.toString('utf8')) as Json;
+      return withModel(readUsageFrom(answer.usage, undefined), answer.model);
     } catch {
       return undefined;
     }
@@ -92,7 +99,7 @@ export class SseUsageReader implements UsageReader {
       const event = JSON.parse(line.slice(5)) as Json;
       const message = event.message as Json | undefined;
       const response = event.response as Json | undefined;
-      this.#usage = readUsageFrom(event.usage ?? message?.usage ?? response?.usage, this.#usage);
+      this.#usage = withModel(readUsageFrom(event.usage ?? message?.usage ?? response?.usage, this.#usage), event.model ?? message?.model ?? response?.model);
     } catch {
       // A malformed event is relayed as it is; it just carries no usage for us.
     }

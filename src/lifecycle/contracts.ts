@@ -54,6 +54,33 @@ export interface ForceEndable {
   forceEnd(reason: string): void;
   /** What it is, for `waiting_for` (O1): counted only when given. */
   kind?(): 'request' | 'stream' | 'session';
+  /** The exchange it belongs to: what the status page lists of an open stream or session. */
+  readonly exchange?: ExchangeFacts;
+}
+
+/** What the status page shows of a stream or session in flight (server/context.ts's ExchangeContext has these). */
+export interface ExchangeFacts {
+  readonly endpoint: string;
+  readonly model: string;
+  readonly protocol: string;
+  readonly listener: string;
+  durationSeconds(): number;
+}
+
+/** A moment of the drain, in seconds from its start (the status page's timeline). */
+export interface DrainMoment {
+  event: 'drain_started' | 'window_over' | 'workers_exited' | 'listeners_closed' | 'forced' | 'exited';
+  at_secs: number;
+}
+
+/** One stream or session in flight, as the status page lists it. */
+export interface OpenWork {
+  kind: 'stream' | 'session';
+  endpoint: string;
+  model: string;
+  protocol: string;
+  listener: string;
+  age_secs: number;
 }
 
 /** The fields of a `drain_started` or `drain_progress` line. */
@@ -141,6 +168,13 @@ export interface RequestLifecycle extends DrainDecision {
   readonly draining: boolean;
   requestStarted(connection: TrackedConnection | undefined, probe?: boolean): void;
   requestFinished(connection: TrackedConnection | undefined): void;
+  /**
+   * A live view (the admin status event stream) began on `connection`: its connection is busy, but
+   * it is not in flight, so no drain waits for it (L5); it is ended at the exit.
+   */
+  watchStarted(connection: TrackedConnection | undefined): void;
+  /** The live view's response closed. Called exactly once per watchStarted. */
+  watchFinished(connection: TrackedConnection | undefined): void;
   trackForceEndable(stream: ForceEndable): () => void;
 }
 

@@ -6,7 +6,7 @@ import { ConnectionTracker, type TrackedConnection } from './connections.ts';
 import { closeProbability } from './drain-policy.ts';
 import { describeWaiting, type WaitingFor } from './progress.ts';
 import { ConnectionRetirement } from './retirement.ts';
-import type { AdminLifecycle, DrainInfo, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerLifecycle, ListenerScope, RequestLifecycle } from './contracts.ts';
+import type { AdminLifecycle, DrainInfo, DrainMoment, DrainOptions, DrainReport, DrainSettings, ForceEndable, LifecycleHooks, LifecycleLog, ListenerLifecycle, ListenerScope, OpenWork, RequestLifecycle } from './contracts.ts';
 
 export type LifecycleState = 'starting' | 'serving' | 'draining' | 'closing' | 'exited';
 
@@ -46,6 +46,9 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   readonly #acceptedWhileDraining = new WeakSet<TrackedConnection>();
   #probeConnections = 0;
   #forced: string | undefined;
+  /** Connections carrying live views (watchStarted), with how many each: they hold no drain. */
+  readonly #watching = new Map<TrackedConnection, number>();
+  readonly #moments: DrainMoment[] = [];
   readonly #done: Promise<number>;
   #resolveDone: ((code: number) => void) | undefined;
   #onConnectionAccepted: ((connection: TrackedConnection) => void) | undefined;
@@ -100,6 +103,16 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   /** Seconds since the drain began, 0 before. */
   drainSeconds(): number {
     return this.draining || this.#state === 'exited' ? (this.#clock.now() - this.#drainStartedAt) / 1000 : 0;
+  }
+
+  /** Why the drain was forced (L8), if it was. */
+  get forcedReason(): string | undefined {
+    return this.#forced;
+  }
+
+  /** The drain's window in seconds (0 before a drain, and for a drain that stopped accepting at once). */
+  drainWindowSecs(): number {
+    return this.#plan ? round(Math.max(0, this.#windowEndsAt - this.#drainStartedAt) / 1000) : 0;
   }
 
   /** What the drain waits for now (O1): the window, and the work in flight by kind. */
@@ -265,6 +278,26 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   /** The request's response closed, whatever ended it. Called exactly once per requestStarted. */
   requestFinished(connection: TrackedConnection | undefined): void {
     this.#inFlight--;
+    this.#exchangeFinished(connection);
+  }
+
+  watchStarted(connection: TrackedConnection | undefined): void {
+    if (!connection) return;
+    this.connections.requestStarted(connection);
+    this.#watching.set(connection, (this.#watching.get(connection) ?? 0) + 1);
+  }
+
+  watchFinished(connection: TrackedConnection | undefined): void {
+    if (connection) {
+      const left = (this.#watching.get(connection) ?? 1) - 1;
+      if (left > 0) this.#watching.set(connection, left);
+      else this.#watching.delete(connection);
+    }
+    this.#exchangeFinished(connection);
+  }
+
+  /** What the end of an exchange (a request, a session, a live view) does to its connection. */
+  #exchangeFinished(connection: TrackedConnection | undefined): void {
     if (connection && this.connections.requestFinished(connection) && (connection.retiring || this.shouldRetire(connection.listener))) {
       // L3: a response that began before the drain has finished. A multiplexed protocol (HTTP/2)
       // says goodbye with GOAWAY, whose last stream id tells the client what was not processed, and once the listeners are closed everything goes (L6). An
@@ -287,6 +320,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
       if (released) return;
       released = true;
       this.#holds--;
+      if (this.#holds === 0 && this.draining) this.#moment('workers_exited');
       this.#check();
     };
   }
@@ -317,8 +351,12 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
     const { maxDrainSecs, progressLogSecs } = this.#settings;
     const windowSecs = graceful ? (options.windowSecs ?? this.#settings.minDrainSecs) : 0;
     this.#windowEndsAt = plan.startedAt + windowSecs * 1000;
+    this.#moment('drain_started');
     // D3: with no window, nothing in flight means we can go at once.
-    if (windowSecs === 0) this.#windowElapsed = true;
+    if (windowSecs === 0) {
+      this.#windowElapsed = true;
+      this.#moment('window_over');
+    }
     this.#report(
       {
         event: 'drain_started',
@@ -362,6 +400,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
     );
     this.#after(windowSecs * 1000, () => {
       this.#windowElapsed = true;
+      this.#moment('window_over');
       this.#check();
     });
     if (graceful) this.#retirement.scheduleProactiveDrain(plan.startedAt, this.#drainTimeMs(), (listener) => this.#inPlan(plan, this.#scopes.get(listener)));
@@ -400,6 +439,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
     this.#hooks.commanded?.({ kind: 'force', reason });
     if (!this.#plan) void this.drain(reason);
     else this.#plan.exit = true;
+    this.#moment('forced');
     if (this.#state === 'draining') this.#closeListeners();
     // Every request and session in flight ends now with an explicit error: a 503 when its response
     // had not started, an error event on a stream, a 1001 close frame on a WebSocket session.
@@ -441,12 +481,47 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   #check(): void {
     const idle = this.#inFlight === 0 && this.#holds === 0;
     if (this.#state === 'draining' && this.#plan?.exit && this.#windowElapsed && idle) this.#closeListeners();
-    if (this.#state === 'closing' && idle && this.connections.size === 0) this.#finish();
+    if (this.#state === 'closing' && idle && this.#onlyWatchersLeft()) this.#finish();
+  }
+
+  /** No connection is left but those carrying live views, which the exit ends (they hold no drain). */
+  #onlyWatchersLeft(): boolean {
+    if (this.connections.size > this.#watching.size) return false;
+    for (const connection of this.connections.all()) if (!this.#watching.has(connection)) return false;
+    return true;
+  }
+
+  /** Records a moment of the drain once (the status page's timeline). */
+  #moment(event: DrainMoment['event']): void {
+    if (this.#moments.some((m) => m.event === event)) return;
+    this.#moments.push({ event, at_secs: round(this.drainSeconds()) });
+  }
+
+  /** The drain's moments so far (empty before a drain). */
+  drainMoments(): readonly DrainMoment[] {
+    return this.#moments;
+  }
+
+  /**
+   * The streams and sessions in flight (`total`) and the `limit` oldest of them, oldest first: what
+   * the status page lists. Walks what is in flight, so it is read only when someone watches.
+   */
+  openWork(limit: number): { total: number; oldest: OpenWork[] } {
+    const open: OpenWork[] = [];
+    for (const f of this.#forceEndables.values()) {
+      const kind = f.kind?.();
+      if ((kind !== 'stream' && kind !== 'session') || !f.exchange) continue;
+      const e = f.exchange;
+      open.push({ kind, endpoint: e.endpoint, model: e.model.slice(0, 200), protocol: e.protocol, listener: e.listener, age_secs: round(e.durationSeconds()) });
+    }
+    open.sort((a, b) => b.age_secs - a.age_secs);
+    return { total: open.length, oldest: open.slice(0, limit) };
   }
 
   /** L5/L6: the window is over and nothing is in flight: stop accepting, close idle connections. */
   #closeListeners(): void {
     this.#state = 'closing';
+    this.#moment('listeners_closed');
     this.#log.info(
       { event: 'listeners_closing', in_flight: this.#inFlight, open_connections: this.connections.size, elapsed_secs: round(this.drainSeconds()) },
       'listeners closing',
@@ -476,6 +551,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   #finish(): void {
     if (this.#state === 'exited') return;
     this.#state = 'exited';
+    this.#moment('exited');
     for (const timer of this.#timers) timer.cancel();
     this.#timers.clear();
     const forced = this.#forced !== undefined;

@@ -24,6 +24,8 @@ export type DispatchController = Dispatcher.DispatchController;
 export interface Provider {
   readonly name: string;
   readonly type: ProviderType;
+  /** Where it sends requests (scheme://host:port), for traces; none when it answers locally. */
+  readonly origin?: string | undefined;
   supports(endpoint: Endpoint): boolean;
   /** Sends the request; the outcome arrives on `handler` (start, data, end, or error). */
   dispatch(request: ProviderRequest, handler: ResponseHandler): void;

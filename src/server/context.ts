@@ -6,6 +6,7 @@ import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { ErrorDialect } from '../api/errors.ts';
+import type { RequestTrace } from '../telemetry/tracing.ts';
 
 /** What the request's client key may do (auth/keys.ts's ClientKey). */
 export interface KeyGrant {
@@ -24,6 +25,8 @@ export interface Usage {
   cached?: number;
   /** Prompt tokens written to the cache (Anthropic). */
   cacheWrite?: number;
+  /** The model the provider says answered, when its answer names one (traces). */
+  model?: string;
 }
 
 /**
@@ -64,12 +67,16 @@ export class ExchangeContext {
     this.keyName = key.name;
   }
 
+  /** A live view (the admin status event stream): not in flight, so no drain waits for it (L5). */
+  watch = false;
   /** Upstream attempts made (retries and fallbacks included); 0 when none was needed. */
   attempts = 0;
   /** The model the provider was asked for (a target's model, or the client's name). */
   upstreamModel = '';
   /** What the request cost, in micro-dollars, when its model has a price. */
   costMicros: number | undefined = undefined;
+  /** Its span, when tracing is on (ended with the access line). */
+  trace: RequestTrace | undefined = undefined;
   #onFinish: ((status: number) => void) | undefined = undefined;
   #finishedWith: number | undefined = undefined;
 

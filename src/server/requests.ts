@@ -6,7 +6,7 @@ import type { Logger } from 'pino';
 import type { RequestLifecycle } from '../lifecycle/contracts.ts';
 import { liveness, readiness, type HealthCheck } from '../lifecycle/health.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
-import type { AccessLog } from '../telemetry/access-log.ts';
+import type { AccessLog, FinishedRequest } from '../telemetry/access-log.ts';
 import { RequestContext, type ExchangeContext } from './context.ts';
 import { sendError, sendJson } from './respond.ts';
 import { errors } from '../api/errors.ts';
@@ -17,6 +17,11 @@ export interface RouteTable {
   /** The metrics label for a path, or undefined when this table does not serve it. */
   endpointOf(path: string): string | undefined;
   handle(ctx: RequestContext, path: string): void;
+  /**
+   * A path served as a live view (the admin status event stream): it is not in flight, so no drain
+   * waits for it (L5); the exit ends it. Absent: none.
+   */
+  watches?(path: string): boolean;
 }
 
 export interface RequestServices {
@@ -38,9 +43,10 @@ export function createExchangeRecorder(services: RequestServices) {
     } catch (error) {
       services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'settling a finished request failed');
     }
-    lifecycle.requestFinished(ctx.connection);
+    if (ctx.watch) lifecycle.watchFinished(ctx.connection);
+    else lifecycle.requestFinished(ctx.connection);
     try {
-      metrics.inFlight.add(-1, ctx.endpoint, ctx.protocol);
+      if (!ctx.watch) metrics.inFlight.add(-1, ctx.endpoint, ctx.protocol);
       recordAccess(ctx, status);
     } catch (error) {
       // Telemetry must never take the process down with it.
@@ -49,7 +55,7 @@ export function createExchangeRecorder(services: RequestServices) {
   };
 
   function recordAccess(ctx: ExchangeContext, status: number): void {
-    accessLog.record({
+    const finished: FinishedRequest = {
       id: ctx.id,
       downstreamRequestId: ctx.downstreamRequestId,
       peer: ctx.peer,
@@ -68,7 +74,9 @@ export function createExchangeRecorder(services: RequestServices) {
       attempts: ctx.attempts,
       keyName: ctx.keyName,
       costMicros: ctx.costMicros,
-    });
+    };
+    accessLog.record(finished);
+    ctx.trace?.end(finished);
   }
 }
 
@@ -109,9 +117,14 @@ export function createRequestHandler(services: RequestServices) {
     const connection = listener.connectionOf(req);
     const path = pathOf(req.url);
     const probe = path === '/livez' || path === '/readyz';
-    lifecycle.requestStarted(connection, probe);
+    const routes = services.routesFor(listener);
+    // A live view (the admin status event stream) is not in flight: no drain waits for it (L5).
+    const watch = !probe && routes.watches?.(path) === true;
+    if (watch) lifecycle.watchStarted(connection);
+    else lifecycle.requestStarted(connection, probe);
     const ctx = new RequestContext(req, res, listener.name, connection);
-    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason), kind: () => ctx.forceEnder?.kind?.() ?? 'request' });
+    ctx.watch = watch;
+    const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason), kind: () => ctx.forceEnder?.kind?.() ?? 'request', exchange: ctx });
     res.once('close', () => {
       untrack();
       finished(ctx);
@@ -122,7 +135,7 @@ export function createRequestHandler(services: RequestServices) {
     const refusal = ctx.protocol !== 'http1' ? undefined : req.httpVersionMajor !== 1 ? errors.httpVersionNotSupported() : req.httpVersionMinor === 1 && req.headers.host === undefined ? errors.missingHost() : undefined;
     if (refusal) {
       ctx.endpoint = 'other';
-      metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
+      if (!watch) metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       res.shouldKeepAlive = false;
       sendError(ctx, lifecycle, refusal);
       return;
@@ -134,9 +147,8 @@ export function createRequestHandler(services: RequestServices) {
       sendJson(ctx, lifecycle, answer.status, answer.body);
       return;
     }
-    const routes = services.routesFor(listener);
     ctx.endpoint = routes.endpointOf(path) ?? 'other';
-    metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
+    if (!watch) metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
     logIfDraining(services, ctx, path);
     try {
       routes.handle(ctx, path);

@@ -65,6 +65,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     // with a 503; an accepted session is closed by its own force-end (1001).
     const untrack = lifecycle.trackForceEndable({
       kind: () => 'session',
+      exchange: ctx,
       forceEnd: () => {
         if (ctx.status !== 0) return;
         const error = errors.drainForced();

@@ -19,7 +19,8 @@ export interface FinishedRequest {
   listener: string;
   protocol: string;
   errorCode: string;
-  usage: { prompt: number; completion: number; cached?: number } | undefined;
+  /** Tokens, and the model the provider says answered (for traces). */
+  usage: { prompt: number; completion: number; cached?: number; model?: string } | undefined;
   /** Upstream attempts (retries and fallbacks included); logged when more than one. */
   attempts?: number;
   /** The client key's name ('' when no key was presented or none is configured): never the key. */

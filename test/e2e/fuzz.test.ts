@@ -40,6 +40,8 @@ before(async () => {
       ],
       // Every request goes through the limiter (never refused: a lease it leaked would show as a 429 once 64 had).
       limits: { global: { rpm: 1_000_000_000, tpm: 1_000_000_000_000, concurrent: 64 }, models: { 'echo-*': { tpm: 1_000_000_000_000 } } },
+      // The fuzz sends no admin token: the status event stream answers 401 rather than stream forever.
+      admin: { token: 'fuzz-admin-token-0123456789abcdef' },
     },
   });
 });
@@ -189,6 +191,9 @@ function expectedForTarget(role: 'proxy' | 'admin', method: string, target: stri
   const path = q === -1 ? target : target.slice(0, q);
   if (path === '/livez' || path === '/readyz') return { status: 200 };
   if (role === 'admin') {
+    // The status page's shell is open; its event stream needs the token (a wrong method is 405 first).
+    if (path === '/status') return method === 'GET' ? { status: 200 } : { status: 405, code: 'method_not_allowed' };
+    if (path === '/status/events') return method === 'GET' ? { status: 401, code: 'invalid_admin_token' } : { status: 405, code: 'method_not_allowed' };
     if (path !== '/metrics') return { status: 404, code: 'unknown_path' };
     return method === 'GET' ? { status: 200 } : { status: 405, code: 'method_not_allowed' };
   }
@@ -224,6 +229,7 @@ const oddTarget = fc.oneof(
 );
 const knownTarget = fc.constantFrom(
   '/v1/models', '/livez', '/readyz', '/readyz?verbose', '/metrics', '/v1/models?x=1', '/v1/realtime',
+  '/status', '/status?x=%00', '/status/events', '/status/events?token=x&%zz',
   ...Object.values(PATHS),
 );
 const target = fc.oneof({ weight: 2, arbitrary: fc.webPath().map((p) => p || '/') }, { weight: 3, arbitrary: oddTarget }, { weight: 1, arbitrary: knownTarget });

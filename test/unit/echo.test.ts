@@ -156,7 +156,8 @@ describe('chat', () => {
     assert.deepEqual(usageChunk.usage, { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 });
     const reader = new SseUsageReader();
     for (const call of r.calls) if (call.kind === 'data') reader.push(call.chunk);
-    assert.deepEqual(reader.finish(), { prompt: 3, completion: 4 });
+    // The model the answer names comes with its usage (for traces).
+    assert.deepEqual(reader.finish(), { prompt: 3, completion: 4, model: 'echo-1' });
   });
 });
 
@@ -273,7 +274,7 @@ describe('responses', () => {
     assert.equal(payloads.at(-1)!.response.status, 'completed');
     const reader = new SseUsageReader();
     for (const call of r.calls) if (call.kind === 'data') reader.push(call.chunk);
-    assert.deepEqual(reader.finish(), { prompt: 2, completion: 3 });
+    assert.deepEqual(reader.finish(), { prompt: 2, completion: 3, model: 'echo' });
   });
 });
 
@@ -313,7 +314,7 @@ describe('messages', () => {
     assert.equal(payloads.find((p) => p.type === 'message_delta')!.delta.stop_reason, 'end_turn');
     const reader = new SseUsageReader();
     for (const call of r.calls) if (call.kind === 'data') reader.push(call.chunk);
-    assert.deepEqual(reader.finish(), { prompt: 2, completion: 3 });
+    assert.deepEqual(reader.finish(), { prompt: 2, completion: 3, model: 'claude-echo' });
   });
 });
 

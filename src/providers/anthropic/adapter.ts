@@ -25,6 +25,10 @@ export class AnthropicProvider implements Provider {
     if (config.api_key) this.#credentials['x-api-key'] = config.api_key;
   }
 
+  get origin(): string {
+    return this.pool.origin;
+  }
+
   supports(endpoint: Endpoint): boolean {
     return endpoint === 'messages' || endpoint === 'count_tokens';
   }

@@ -26,6 +26,10 @@ export class OpenAIProvider implements Provider {
     if (config.api_key) this.#credentials.authorization = `Bearer ${config.api_key}`;
   }
 
+  get origin(): string {
+    return this.pool.origin;
+  }
+
   supports(endpoint: Endpoint): boolean {
     return PATHS[endpoint] !== undefined;
   }
