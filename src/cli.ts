@@ -18,6 +18,7 @@ import { Keeper } from './hot-restart/keeper.ts';
 import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
 import { requestRestart } from './hot-restart/restart-command.ts';
 import { applyResources, getResources } from './commands/resources-command.ts';
+import { planCommand } from './commands/plan-command.ts';
 import { followStatus } from './commands/status-command.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
@@ -41,6 +42,11 @@ Usage:
   sluice status [--admin URL] [--token TOKEN] [--config FILE]
                                      follows the gateway live (its status page, in a terminal):
                                      a progress bar during a drain; exits when the gateway exits
+  sluice plan [--config FILE] [--longest-stream S] [--prestop S] [--health-check-interval S]
+              [--health-check-failures N] [--margin S] [--grace S] [--platform P] [-o text|json|values] [--strict]
+                                     sizes the platform around the drain (D1-D3): grace period,
+                                     TimeoutStopSec, probes, each with its reason; warns where the
+                                     config and the platform disagree (docs/deployment.md)
   sluice --version | --help
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
@@ -54,6 +60,8 @@ Docs: docs/configuration.md
 `;
 
 async function main(argv: string[]): Promise<number> {
+  // `sluice plan` has flags of its own (docs/deployment.md).
+  if (argv[0] === 'plan' && !argv.includes('--help') && !argv.includes('-h')) return planCommand(argv.slice(1));
   let parsed;
   try {
     parsed = parseArgs({

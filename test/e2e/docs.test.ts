@@ -108,6 +108,20 @@ describe('README', () => {
     assert.match(result.stdout, /^config OK \(sluice\.yaml\): 2 listeners, 3 providers, 3 models, 1 keys, \d+ workers\n$/);
   });
 
+  test('"Run it in production": the plan command runs on the sample config and prints the sums it promises', async () => {
+    const sample = blocks(section(README, '## Run it with your config'), 'yaml')[0]!;
+    const command = blocks(section(README, '## Run it in production'), 'sh')[0]!.trim();
+    const args = command.split(/\s+/);
+    assert.equal(args.shift(), 'sluice');
+    // The keys are left unset: the plan reads them as placeholders (sizing needs none of them).
+    const result = await sluice(args, configDir(sample));
+    assert.equal(result.code, 0, result.stderr);
+    assert.match(result.stdout, /^sluice plan for sluice\.yaml$/m);
+    assert.match(result.stdout, /terminationGracePeriodSeconds: \d+ = preStop 5 \+ window \d+ \+ longest work 120 \+/);
+    assert.match(result.stdout, /TimeoutStopSec=\d+ = window \d+ \+ longest work 120 \+/);
+    assert.match(result.stdout, /docker stop -t \d+/);
+  });
+
   test('"Try it" on the embedded default: the chat answer, the stream, readiness, the metrics', { skip: curl.skip }, async () => {
     // The embedded default, as `npm start` runs it, on free ports instead of 8080 and 9901.
     const gw = await startGateway({ useDefault: true, env: { SLUICE_PROXY_ADDRESS: '127.0.0.1:0', SLUICE_ADMIN_ADDRESS: '127.0.0.1:0' } });
