@@ -74,8 +74,8 @@ export async function adminRequest(
 }
 
 /** Why fetch failed, in words: undici's "fetch failed" hides the reason in its cause. */
-function reasonOf(error: unknown): string {
-  if (error instanceof DOMException && error.name === 'TimeoutError') return `no answer within ${TIMEOUT_MS / 1000} s`;
+export function reasonOf(error: unknown, timeoutMs = TIMEOUT_MS): string {
+  if (error instanceof DOMException && error.name === 'TimeoutError') return `no answer within ${timeoutMs / 1000} s`;
   const cause = (error as { cause?: unknown } | null)?.cause;
   if (cause instanceof Error) {
     // An AggregateError (every address of a name refused) says the most in its first error.

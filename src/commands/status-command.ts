@@ -5,7 +5,7 @@
 import type { Config } from '../config/schema.ts';
 import type { DrainMoment } from '../lifecycle/contracts.ts';
 import type { ExitedEvent, StatusSnapshot } from '../admin/status-snapshot.ts';
-import { adminToken, adminUrl } from './admin-client.ts';
+import { adminToken, adminUrl, reasonOf } from './admin-client.ts';
 
 export interface StatusOptions {
   admin: string | undefined;
@@ -44,7 +44,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
   try {
     res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: connecting });
   } catch (error) {
-    err(`sluice status: cannot reach the admin API at ${base}: ${reasonOf(error)}\n`);
+    err(`sluice status: cannot reach the admin API at ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
     return 1;
   }
   if (res.status !== 200 || !res.body) {
@@ -78,7 +78,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
     }
   } catch (error) {
     view.lost();
-    err(`sluice status: lost the connection to ${base}: ${reasonOf(error)}\n`);
+    err(`sluice status: lost the connection to ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
     return 1;
   }
   view.lost();
@@ -109,16 +109,6 @@ function refusal(status: number, text: string): string {
   if (status === 401) return 'the admin token was refused (401 invalid_admin_token): pass --token, or set SLUICE_ADMIN_TOKEN';
   if (status === 404) return 'this gateway serves no status stream (404): admin.status_page is off, or this is not an admin listener';
   return `the admin API answered ${status}${code ? ` ${code}` : ''}${message ? `: ${message}` : ''}`;
-}
-
-function reasonOf(error: unknown): string {
-  if (error instanceof DOMException && error.name === 'TimeoutError') return `no answer within ${CONNECT_TIMEOUT_MS / 1000} s`;
-  const cause = (error as { cause?: unknown } | null)?.cause;
-  if (cause instanceof Error) {
-    const first = cause instanceof AggregateError && cause.errors[0] instanceof Error ? cause.errors[0] : cause;
-    return first.message || String((first as NodeJS.ErrnoException).code ?? cause);
-  }
-  return (error as Error)?.message ?? String(error);
 }
 
 function parseEvent(block: string): { name: string; data: unknown } | undefined {
