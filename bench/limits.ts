@@ -37,7 +37,7 @@ import { stringify } from 'yaml';
 import { freePort } from '../test/support/haproxy.ts';
 import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, rssMb, startHaproxy, ttfb } from './extras.ts';
-import { cpuTicks, median, type Load } from './stats.ts';
+import { cpuTicks, median, perRoundMedian, type Load, fixed as n } from './stats.ts';
 import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -246,7 +246,6 @@ async function measure(t: Target, url: string, server: Server | undefined, mock:
 // --- reporting --------------------------------------------------------------------------------------
 
 type Results = Map<string, Map<string, Sample[]>>; // mode → target → one sample per round
-const n = (x: number, digits = 0): string => (Number.isFinite(x) ? x.toFixed(digits) : '–');
 const isGateway = (t: Target) => GATEWAY_VIAS.includes(t.via);
 
 function table(results: Results): string {
@@ -262,7 +261,7 @@ function table(results: Results): string {
       // Per-round ratios, then the median: slow drift of the machine cancels out.
       const ratio = (base: string, f: (s: Sample) => number) => {
         const b = byTarget.get(base);
-        return b ? `${n(median(samples.map((s, i) => f(s) / b[i]!.cpu)), 2)}×` : '–';
+        return b ? `${n(perRoundMedian(samples, b, (s, o) => f(s) / o.cpu), 2)}×` : '–';
       };
       const gw = isGateway(t);
       const redis = t.name === 'redis limits';
@@ -282,8 +281,7 @@ function summary(results: Results): string {
   for (const [mode, byTarget] of results) {
     // Per-round differences, then the median.
     const diff = (name: string, base: string, f: (s: Sample) => number) => {
-      const b = byTarget.get(base)!;
-      return median(byTarget.get(name)!.map((s, i) => f(s) - f(b[i]!)));
+      return perRoundMedian(byTarget.get(name)!, byTarget.get(base)!, (s, o) => f(s) - f(o));
     };
     const cpu = (s: Sample) => s.cpu;
     const p50 = (s: Sample) => s.p50;

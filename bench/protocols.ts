@@ -15,7 +15,7 @@ import { connect as connectH2 } from 'node:http2';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import type { Sample } from './run.ts';
-import { median } from './stats.ts';
+import { median, fixed as n } from './stats.ts';
 
 export type Protocol = 'http1' | 'h2';
 
@@ -211,7 +211,6 @@ export function protocolMethods(targets: readonly ProtocolTarget[]): string[] {
   return lines;
 }
 
-const n = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '–');
 const signed = (x: number) => `${x >= 0 ? '+' : ''}${n(x)}`;
 
 /** One row per protocol target and case, with per-round ratios/differences against cleartext HTTP/1.1. */

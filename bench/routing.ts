@@ -35,7 +35,7 @@ import { join, resolve } from 'node:path';
 import { stringify } from 'yaml';
 import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { percentile, startHaproxy } from './extras.ts';
-import { cpuTicks, median, type Load } from './stats.ts';
+import { cpuTicks, median, type Load, fixed as n } from './stats.ts';
 import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -262,7 +262,6 @@ async function timeStreams(targets: { t: Target; url: string }[], mock: string, 
 // --- reporting --------------------------------------------------------------------------------------
 
 type Results = Map<string, Map<string, Sample[]>>; // mode → target → one sample per round
-const n = (x: number, digits = 0): string => (Number.isFinite(x) ? x.toFixed(digits) : '–');
 
 function table(results: Results): string {
   const rows = [

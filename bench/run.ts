@@ -32,7 +32,7 @@ import {
 import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss, type MemoryResult } from './extras.ts';
 import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
 import { runWrk, WRK_DONE } from './wrk.ts';
-import { cpuTicks, median, type Load } from './stats.ts';
+import { cpuTicks, median, type Load, fixed as n } from './stats.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -233,8 +233,7 @@ function table(results: Results, targets: Target[]): string {
     '| case | target | req/s | p50 ms | p99 ms | gateway CPU µs/req | mock CPU µs/req | req/s vs direct | p50 vs direct | p99 vs direct |',
     '|---|---|--:|--:|--:|--:|--:|--:|--:|--:|',
   ];
-  const n = (x: number, digits = 0) => (Number.isFinite(x) ? x.toFixed(digits) : '–');
-  for (const [caseName, byTarget] of results) {
+    for (const [caseName, byTarget] of results) {
     const direct = byTarget.get('direct')!;
     for (const t of targets) {
       const samples = byTarget.get(t.name)!;

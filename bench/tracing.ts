@@ -27,7 +27,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { stringify } from 'yaml';
 import { cleanUp, killAll, launch, onPath, PIN, startMock, startServer, stop, type Server } from './processes.ts';
 import { startHaproxy } from './extras.ts';
-import { cpuTicks, median } from './stats.ts';
+import { cpuTicks, median, perRoundMedian, fixed as n } from './stats.ts';
 import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -126,7 +126,6 @@ async function measure(url: string, server: Server | undefined, sink: Server, lu
 }
 
 type Results = Map<string, Map<string, Sample[]>>;
-const n = (x: number, digits = 0): string => (Number.isFinite(x) ? x.toFixed(digits) : '–');
 const isGateway = (t: Target) => GATEWAYS.includes(t.name);
 
 function table(results: Results): string {
@@ -141,7 +140,7 @@ function table(results: Results): string {
       const m = (f: (s: Sample) => number) => median(samples.map(f));
       const ratio = (base: string) => {
         const b = byTarget.get(base);
-        return b && b.length > 0 ? `${n(median(samples.map((s, i) => s.cpu / b[i]!.cpu)), 2)}×` : '–';
+        return b && b.length > 0 ? `${n(perRoundMedian(samples, b, (s, o) => s.cpu / o.cpu), 2)}×` : '–';
       };
       const traced = t.name === 'on' || t.name === 'sampled';
       rows.push(
@@ -158,8 +157,7 @@ function summary(results: Results): string {
   const lines: string[] = [];
   for (const [mode, byTarget] of results) {
     const diff = (name: string, base: string) => {
-      const b = byTarget.get(base)!;
-      return median(byTarget.get(name)!.map((s, i) => s.cpu - b[i]!.cpu));
+      return perRoundMedian(byTarget.get(name)!, byTarget.get(base)!, (s, o) => s.cpu - o.cpu);
     };
     const haproxy = byTarget.get('haproxy');
     lines.push(
