@@ -187,6 +187,17 @@ describe('limits shared through Redis', { skip }, () => {
     await redis.start();
     // Back (an empty Redis: its counters were in memory only): the limit holds again.
     await eventually(async () => (await chat(closed, key.key)).status === 200, 10_000, 'the closed gateway serves again');
+    // Each gateway's client reconnects on its own (at most every 2 s): until the open one has, its
+    // requests pass uncounted, without x-ratelimit-* headers.
+    await eventually(
+      async () => {
+        const r = await chat(open, key.key);
+        await r.text();
+        return r.headers.has('x-ratelimit-limit-requests');
+      },
+      10_000,
+      'the open gateway counts again',
+    );
     const after = await Promise.all(Array.from({ length: 8 }, () => chat(open, key.key)));
     const codes = after.map((r) => r.status);
     assert.ok(codes.includes(429) && codes.filter((c) => c === 200).length <= 4, `limited again: ${codes.join(' ')}`);
