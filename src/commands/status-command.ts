@@ -163,10 +163,12 @@ class LineView {
   }
 
   status(s: StatusSnapshot): void {
-    const headline = `${s.state}${s.ready ? ', ready' : ', not ready'}${s.workers.length ? `, workers ${s.workers.map((w) => `${w.worker}:${w.state}`).join(' ')}` : ''}`;
+    const headline = `${s.state}${s.ready ? ', ready' : ', not ready'}${s.workers.length ? `, workers ${s.workers.map((w) => `${w.worker}:${w.state}`).join(' ')}` : ''}${notFollowing(s) ? ', not following etcd' : ''}`;
     if (headline !== this.#last) {
       this.#last = headline;
-      this.#line(s.at, `${headline} (pid ${s.pid}, v${s.version}; config: ${s.config.source}); in flight ${s.in_flight}, connections ${s.open_connections}, requests/s ${s.requests_per_sec}`);
+      // The error is told when the state changes, not followed: its text may change at every retry.
+      const why = notFollowing(s) ? `; etcd: ${s.config.last_error ?? 'no answer yet'}` : '';
+      this.#line(s.at, `${headline} (pid ${s.pid}, v${s.version}; config: ${s.config.source}${why}); in flight ${s.in_flight}, connections ${s.open_connections}, requests/s ${s.requests_per_sec}`);
     }
     const d = s.drain;
     if (!d) return;
@@ -191,6 +193,11 @@ class LineView {
   }
 }
 
+/** etcd mode, and its watch is not open: changes made in etcd are not applied. */
+function notFollowing(s: StatusSnapshot): boolean {
+  return s.config.source === 'etcd' && s.config.following === false;
+}
+
 function openList(s: StatusSnapshot, max: number): string {
   const open = s.open_work;
   if (open.total === 0) return '';
@@ -213,7 +220,8 @@ class ScreenView {
   status(s: StatusSnapshot): void {
     const lines = [
       `${ESC}1msluice ${s.version}${ESC}0m  pid ${s.pid}  ${stateColour(s.state)}${s.state}${ESC}0m  ${s.ready ? 'ready' : 'not ready'}  up ${s.uptime_secs} s  ${clock(s.at)}`,
-      `config: ${s.config.source}${s.config.file ? ` (${s.config.file})` : ''}; last reload: ${s.config.last_reload ? `${s.config.last_reload.outcome} at ${clock(s.config.last_reload.at)} (${s.config.last_reload.trigger})` : 'none'}`,
+      `config: ${s.config.source}${s.config.file ? ` (${s.config.file})` : ''}${s.config.revision !== undefined ? ` revision ${s.config.revision}` : ''}; last reload: ${s.config.last_reload ? `${s.config.last_reload.outcome} at ${clock(s.config.last_reload.at)} (${s.config.last_reload.trigger})` : 'none'}`,
+      ...(notFollowing(s) ? [`${ESC}33mnot following etcd since ${clock(s.config.since!)}: ${s.config.last_error ?? 'no answer yet'}${ESC}0m`] : []),
       `requests/s ${s.requests_per_sec}   in flight ${s.in_flight}   connections ${s.open_connections}`,
       `in flight:   ${s.in_flight_by.map((e) => `${e.endpoint}/${e.protocol} ${e.count}`).join('  ') || '-'}`,
       `connections: ${s.connections.map((c) => `${c.listener} ${c.state} ${c.count}`).join('  ') || '-'}`,
