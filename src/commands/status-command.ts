@@ -19,7 +19,14 @@ export interface StatusOutput {
   readonly columns: number;
 }
 
+/** Connecting, and the answer's head. */
 const CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * The stream, once it answered: the gateway sends an update every second (every half second
+ * during a drain), so this long without a byte is ten missed updates at least: a gateway frozen
+ * or cut off, not a slow one.
+ */
+export const READ_IDLE_TIMEOUT_MS = 10_000;
 /** Plain lines: the drain's progress at most this often. */
 const PROGRESS_EVERY_MS = 2000;
 
@@ -39,14 +46,36 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
     return 1;
   }
   const token = adminToken(config, options.token);
-  const connecting = AbortSignal.timeout(CONNECT_TIMEOUT_MS);
+  // The connect timeout bounds connecting and the answer's head; then the read-idle timeout, moved
+  // on by every chunk, bounds the silence between two. Nothing bounds how long the stream lasts.
+  const abort = new AbortController();
+  let deadline = setTimeout(() => abort.abort(), CONNECT_TIMEOUT_MS);
   let res: Response;
   try {
-    res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: connecting });
+    res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: abort.signal });
   } catch (error) {
-    err(`sluice status: cannot reach the admin API at ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
+    err(`sluice status: cannot reach the admin API at ${base}: ${abort.signal.aborted ? `no answer within ${CONNECT_TIMEOUT_MS / 1000} s` : reasonOf(error)}\n`);
     return 1;
+  } finally {
+    clearTimeout(deadline);
   }
+  let silent = false;
+  deadline = setTimeout(() => {
+    silent = true;
+    abort.abort();
+  }, READ_IDLE_TIMEOUT_MS);
+  try {
+    return await follow(res, base, out, err, () => deadline.refresh());
+  } catch (error) {
+    err(`sluice status: lost the connection to ${base}: ${silent ? `no update within ${READ_IDLE_TIMEOUT_MS / 1000} s` : reasonOf(error)}\n`);
+    return 1;
+  } finally {
+    clearTimeout(deadline);
+  }
+}
+
+/** Reads the stream to its `exited` event (0), or to its end without one (1); throws when the connection is lost. */
+async function follow(res: Response, base: string, out: StatusOutput, err: (text: string) => void, heard: () => void): Promise<number> {
   if (res.status !== 200 || !res.body) {
     const text = await res.text().catch(() => '');
     err(`sluice status: ${refusal(res.status, text)}\n`);
@@ -64,6 +93,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
   let buffer = '';
   try {
     for await (const chunk of res.body) {
+      heard();
       buffer += decoder.decode(chunk as Uint8Array, { stream: true });
       let end;
       while ((end = buffer.indexOf('\n\n')) !== -1) {
@@ -78,8 +108,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
     }
   } catch (error) {
     view.lost();
-    err(`sluice status: lost the connection to ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
-    return 1;
+    throw error;
   }
   view.lost();
   err(`sluice status: the stream from ${base} ended before the gateway said it exited\n`);
