@@ -288,7 +288,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     targets: [...gateway.routing.targets.all()].map((t) => t.info(systemClock.now())),
   });
   const serverInfo = async (): Promise<object> => {
-    const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000), pid: process.pid, hot_restart: options.hotRestart?.info() ?? null };
+    const head = { version, uptime_secs: Math.round((Date.now() - startedAt) / 1000), pid: process.pid, hot_restart: options.hotRestart?.info() ?? null, config_source: configFacts() };
     return { ...head, ...(await supervision.groupInfo(info())) };
   };
   const renderMetrics = async (): Promise<string> => metrics.render(await supervision.workerMetrics());
@@ -307,7 +307,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     return {
       source: options.configSource ? 'etcd' : options.configFile ? 'file' : 'embedded',
       ...(options.configFile ? { file: options.configFile } : {}),
-      ...(source ? { revision: source.revision, connected: source.connected } : {}),
+      ...(source ? { revision: source.revision, ...source.following } : {}),
       last_reload: lastReload,
     };
   };

@@ -26,7 +26,7 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
     query: [{ name: 'verbose', description: 'List the individual checks.' }],
   },
   { method: 'GET', path: '/metrics', summary: 'Prometheus metrics.', open: true, type: 'text/plain' },
-  { method: 'GET', path: '/server_info', summary: 'State, version, in-flight requests, connections, drain progress, listeners; each worker, with workers > 1.' },
+  { method: 'GET', path: '/server_info', summary: 'State, version, in-flight requests, connections, drain progress, listeners, where the config comes from (with etcd: whether the gateway follows it, since when, the last error); each worker, with workers > 1.' },
   {
     method: 'POST',
     path: '/drain_listeners',

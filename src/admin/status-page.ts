@@ -12,6 +12,7 @@ h1{font-size:17px;margin:0}h2{font-size:14px;margin:0 0 6px}
 main{display:grid;grid-template-columns:repeat(auto-fit,minmax(330px,1fr));gap:12px;padding:12px 18px}
 section{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:10px 12px}
 .wide{grid-column:1/-1}.hidden{display:none}
+.warn{background:#fff4e5;border-color:#e8a33d}
 .badge{padding:2px 8px;border-radius:10px;background:#556;font-weight:600}
 .serving{background:#1a7f37}.draining{background:#b35900}.closing{background:#9a3412}.exited{background:#6b7280}
 .muted{color:#8a93a3}.big{font-size:26px;font-weight:600}
@@ -87,7 +88,10 @@ function render(s) {
   text('inflight', s.in_flight);
   text('conns', s.open_connections);
   const c = s.config;
-  text('source', c.source + (c.file ? ' (' + c.file.split('/').pop() + ')' : '') + (c.revision !== undefined ? ' revision ' + c.revision + (c.connected ? '' : ', etcd not answering') : ''));
+  text('source', c.source + (c.file ? ' (' + c.file.split('/').pop() + ')' : '') + (c.revision !== undefined ? ' revision ' + c.revision + (c.following ? '' : ', not following etcd') : ''));
+  const away = c.source === 'etcd' && !c.following;
+  $('etcd-warning').classList.toggle('hidden', !away);
+  if (away) text('etcd-away', 'Not following etcd for ' + secs((Date.parse(s.at) - Date.parse(c.since)) / 1000) + ' (' + (c.last_error || 'no answer yet') + '). Serving revision ' + c.revision + '; changes made in etcd meanwhile are not applied here.');
   const r = c.last_reload;
   text('reload', r ? r.outcome + ' at ' + new Date(r.at).toLocaleTimeString() + ' (' + r.trigger + ')' + (r.reason ? ': ' + r.reason : '') : 'none since the start');
   rows('by-endpoint', s.in_flight_by, (e) => [[e.endpoint], [e.protocol], [e.count, true]]);
@@ -186,6 +190,7 @@ connect();
 
 const BODY = `<header><h1>Sluice</h1><span id="state" class="badge">…</span><span id="ready"></span><span id="who" class="muted"></span><span id="link" class="muted">connecting</span></header>
 <main>
+<section class="wide warn hidden" id="etcd-warning"><h2>etcd</h2><div id="etcd-away"></div></section>
 <section class="wide hidden" id="login"><h2>Admin token</h2><form><input id="token" type="password" autocomplete="off" placeholder="admin token"><button>Connect</button></form></section>
 <section class="wide hidden" id="drain"><h2>Drain</h2><div id="window"></div><div class="bar" id="bar" role="progressbar" aria-valuemin="0" aria-valuemax="100"><div class="fill" id="fill"></div></div>
 <div>Waiting for: <span id="waiting"></span></div><ol id="timeline"></ol></section>

@@ -18,9 +18,14 @@ export interface ConfigFacts {
   source: 'file' | 'embedded' | 'etcd';
   /** The file as named at the start (file and etcd mode: the bootstrap file). */
   file?: string;
-  /** etcd mode: the revision applied and whether etcd answers. */
+  /** etcd mode: the revision of the resources serving. */
   revision?: number;
-  connected?: boolean;
+  /** etcd mode: whether the gateway follows etcd now (its watch is open: a change in etcd arrives). */
+  following?: boolean;
+  /** etcd mode: since when it follows, or does not (ISO 8601). */
+  since?: string;
+  /** etcd mode: why it does not follow (the last failure); null while it follows. */
+  last_error?: string | null;
   last_reload: LastReload | null;
 }
 

@@ -19,7 +19,14 @@ export interface StatusOutput {
   readonly columns: number;
 }
 
+/** Connecting, and the answer's head. */
 const CONNECT_TIMEOUT_MS = 10_000;
+/**
+ * The stream, once it answered: the gateway sends an update every second (every half second
+ * during a drain), so this long without a byte is ten missed updates at least: a gateway frozen
+ * or cut off, not a slow one.
+ */
+export const READ_IDLE_TIMEOUT_MS = 10_000;
 /** Plain lines: the drain's progress at most this often. */
 const PROGRESS_EVERY_MS = 2000;
 
@@ -39,14 +46,36 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
     return 1;
   }
   const token = adminToken(config, options.token);
-  const connecting = AbortSignal.timeout(CONNECT_TIMEOUT_MS);
+  // The connect timeout bounds connecting and the answer's head; then the read-idle timeout, moved
+  // on by every chunk, bounds the silence between two. Nothing bounds how long the stream lasts.
+  const abort = new AbortController();
+  let deadline = setTimeout(() => abort.abort(), CONNECT_TIMEOUT_MS);
   let res: Response;
   try {
-    res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: connecting });
+    res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: abort.signal });
   } catch (error) {
-    err(`sluice status: cannot reach the admin API at ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
+    err(`sluice status: cannot reach the admin API at ${base}: ${abort.signal.aborted ? `no answer within ${CONNECT_TIMEOUT_MS / 1000} s` : reasonOf(error)}\n`);
     return 1;
+  } finally {
+    clearTimeout(deadline);
   }
+  let silent = false;
+  deadline = setTimeout(() => {
+    silent = true;
+    abort.abort();
+  }, READ_IDLE_TIMEOUT_MS);
+  try {
+    return await follow(res, base, out, err, () => deadline.refresh());
+  } catch (error) {
+    err(`sluice status: lost the connection to ${base}: ${silent ? `no update within ${READ_IDLE_TIMEOUT_MS / 1000} s` : reasonOf(error)}\n`);
+    return 1;
+  } finally {
+    clearTimeout(deadline);
+  }
+}
+
+/** Reads the stream to its `exited` event (0), or to its end without one (1); throws when the connection is lost. */
+async function follow(res: Response, base: string, out: StatusOutput, err: (text: string) => void, heard: () => void): Promise<number> {
   if (res.status !== 200 || !res.body) {
     const text = await res.text().catch(() => '');
     err(`sluice status: ${refusal(res.status, text)}\n`);
@@ -64,6 +93,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
   let buffer = '';
   try {
     for await (const chunk of res.body) {
+      heard();
       buffer += decoder.decode(chunk as Uint8Array, { stream: true });
       let end;
       while ((end = buffer.indexOf('\n\n')) !== -1) {
@@ -78,8 +108,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
     }
   } catch (error) {
     view.lost();
-    err(`sluice status: lost the connection to ${base}: ${reasonOf(error, CONNECT_TIMEOUT_MS)}\n`);
-    return 1;
+    throw error;
   }
   view.lost();
   err(`sluice status: the stream from ${base} ended before the gateway said it exited\n`);
@@ -163,10 +192,12 @@ class LineView {
   }
 
   status(s: StatusSnapshot): void {
-    const headline = `${s.state}${s.ready ? ', ready' : ', not ready'}${s.workers.length ? `, workers ${s.workers.map((w) => `${w.worker}:${w.state}`).join(' ')}` : ''}`;
+    const headline = `${s.state}${s.ready ? ', ready' : ', not ready'}${s.workers.length ? `, workers ${s.workers.map((w) => `${w.worker}:${w.state}`).join(' ')}` : ''}${notFollowing(s) ? ', not following etcd' : ''}`;
     if (headline !== this.#last) {
       this.#last = headline;
-      this.#line(s.at, `${headline} (pid ${s.pid}, v${s.version}; config: ${s.config.source}); in flight ${s.in_flight}, connections ${s.open_connections}, requests/s ${s.requests_per_sec}`);
+      // The error is told when the state changes, not followed: its text may change at every retry.
+      const why = notFollowing(s) ? `; etcd: ${s.config.last_error ?? 'no answer yet'}` : '';
+      this.#line(s.at, `${headline} (pid ${s.pid}, v${s.version}; config: ${s.config.source}${why}); in flight ${s.in_flight}, connections ${s.open_connections}, requests/s ${s.requests_per_sec}`);
     }
     const d = s.drain;
     if (!d) return;
@@ -191,6 +222,11 @@ class LineView {
   }
 }
 
+/** etcd mode, and its watch is not open: changes made in etcd are not applied. */
+function notFollowing(s: StatusSnapshot): boolean {
+  return s.config.source === 'etcd' && s.config.following === false;
+}
+
 function openList(s: StatusSnapshot, max: number): string {
   const open = s.open_work;
   if (open.total === 0) return '';
@@ -213,7 +249,8 @@ class ScreenView {
   status(s: StatusSnapshot): void {
     const lines = [
       `${ESC}1msluice ${s.version}${ESC}0m  pid ${s.pid}  ${stateColour(s.state)}${s.state}${ESC}0m  ${s.ready ? 'ready' : 'not ready'}  up ${s.uptime_secs} s  ${clock(s.at)}`,
-      `config: ${s.config.source}${s.config.file ? ` (${s.config.file})` : ''}; last reload: ${s.config.last_reload ? `${s.config.last_reload.outcome} at ${clock(s.config.last_reload.at)} (${s.config.last_reload.trigger})` : 'none'}`,
+      `config: ${s.config.source}${s.config.file ? ` (${s.config.file})` : ''}${s.config.revision !== undefined ? ` revision ${s.config.revision}` : ''}; last reload: ${s.config.last_reload ? `${s.config.last_reload.outcome} at ${clock(s.config.last_reload.at)} (${s.config.last_reload.trigger})` : 'none'}`,
+      ...(notFollowing(s) ? [`${ESC}33mnot following etcd since ${clock(s.config.since!)}: ${s.config.last_error ?? 'no answer yet'}${ESC}0m`] : []),
       `requests/s ${s.requests_per_sec}   in flight ${s.in_flight}   connections ${s.open_connections}`,
       `in flight:   ${s.in_flight_by.map((e) => `${e.endpoint}/${e.protocol} ${e.count}`).join('  ') || '-'}`,
       `connections: ${s.connections.map((c) => `${c.listener} ${c.state} ${c.count}`).join('  ') || '-'}`,

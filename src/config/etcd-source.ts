@@ -4,18 +4,20 @@
 // reconnect misses nothing; a watch that etcd cancels (its history compacted) is followed by a
 // full read again. What is applied is kept in the snapshot cache (L9), which a start reads before
 // etcd answers. It is also the admin API's store: writes go to etcd as compare-and-swap
-// transactions and come back through the watch like any other change.
-import { readFileSync } from 'node:fs';
-import { Etcd3, type IKeyValue, type Watcher } from 'etcd3';
-import { noop } from 'cockatiel';
+// transactions and come back through the watch like any other change. The client, and why it is
+// renewed when etcd refuses its auth token, is in `etcd-client.ts`; whether it follows etcd now,
+// and how that is said, in `etcd-following.ts`.
+import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from '../telemetry/logger.ts';
 import type { ConfigSource } from './source.ts';
 import type { Config } from './schema.ts';
 import { parseResourceKey, resourceKey, ResourceSet, type Rejection, type Resource, type ResourceKind } from './resources.ts';
 import type { SnapshotCache } from './snapshot.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from './store.ts';
+import { EtcdConnection, isRefusal, isTokenRefusal, type EtcdSettings } from './etcd-client.ts';
+import { EtcdFollowing, type FollowingInfo } from './etcd-following.ts';
 
-export type EtcdSettings = NonNullable<Config['etcd']>;
+export type { EtcdSettings } from './etcd-client.ts';
 
 export interface EtcdSourceOptions {
   /** The bootstrap file. */
@@ -33,7 +35,10 @@ export interface EtcdSourceOptions {
 export interface SourceState {
   /** The etcd revision of the resources serving. */
   readonly revision: number;
+  /** Whether it follows etcd now (its watch is open): `sluice_etcd_connected`. */
   readonly connected: boolean;
+  /** The same, with since when and the last error, for /server_info and the status stream. */
+  readonly following: FollowingInfo;
   readonly loaded: boolean;
   /** Resources rejected since the start, by kind. */
   readonly rejected: ReadonlyMap<ResourceKind, number>;
@@ -41,8 +46,18 @@ export interface SourceState {
   readonly fullReads: number;
 }
 
+/**
+ * After a failure the sync loop waits, doubling from the least to the most (each wait drawn
+ * between half and all of it, so that a fleet does not retry in step): a gateway is back on an
+ * etcd that is back within about a second.
+ */
 const BACKOFF_MIN_MS = 250;
-const BACKOFF_MAX_MS = 5000;
+const BACKOFF_MAX_MS = 1000;
+/** After etcd refused (the credentials, a permission, a token signed in again): fixing that takes a person, and each sign-in costs etcd a password hash. */
+const REFUSED_RETRY_MS = 10_000;
+
+/** A watch that etcd refused or did not create in time: etcd3's watch manager may be stuck on it, so the client is renewed. */
+class WatchNotCreated extends Error {}
 
 export class EtcdSource implements ConfigSource, ResourceStore {
   readonly name: string;
@@ -50,7 +65,8 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   readonly readOnly = undefined;
   readonly #options: EtcdSourceOptions;
   readonly #settings: EtcdSettings;
-  readonly #client: Etcd3;
+  readonly #etcd: EtcdConnection;
+  readonly #following: EtcdFollowing;
   readonly #resources = new ResourceSet();
   readonly #rejectedCounts = new Map<ResourceKind, number>();
   /** Rejections found when composing (a model of a missing provider), logged once each until they go. */
@@ -63,7 +79,6 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   /** The revision of the resources serving: that of the last config the gateway applied. */
   #servedRevision = 0;
   #fullReads = 0;
-  #connected: boolean | undefined;
   #closed = false;
   #changed: ((trigger: string) => void) | undefined;
   #watcher: Watcher | undefined;
@@ -73,30 +88,24 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     this.#options = options;
     this.#settings = options.settings;
     this.name = `${options.bootstrap.name} + etcd ${options.settings.endpoints.join(',')} ${options.settings.prefix}`;
-    const { settings } = options;
-    const tls = settings.tls;
-    this.#client = new Etcd3({
-      hosts: [...settings.endpoints],
-      dialTimeout: settings.dial_timeout_ms,
-      ...(settings.username ? { auth: { username: settings.username, password: settings.password ?? '' } } : {}),
-      ...(tls
-        ? {
-            credentials: {
-              rootCertificate: readFileSync(tls.ca_file),
-              ...(tls.key_file ? { privateKey: readFileSync(tls.key_file) } : {}),
-              ...(tls.cert_file ? { certChain: readFileSync(tls.cert_file) } : {}),
-            },
-          }
-        : {}),
-      // Unary calls fail after the timeout and are not retried here: a read is retried by the
-      // sync loop, and a write's failure is the admin API caller's to see (503).
-      defaultCallOptions: (context) => (context.isStream ? {} : { deadline: Date.now() + settings.request_timeout_ms }),
-      faultHandling: { global: noop },
+    this.#etcd = new EtcdConnection(options.settings);
+    this.#following = new EtcdFollowing({
+      log: options.log,
+      endpoints: options.settings.endpoints,
+      secrets: [options.settings.password ?? ''],
+      serving: () => ({ revision: this.#servedRevision, loaded: this.#loaded }),
     });
   }
 
   get state(): SourceState {
-    return { revision: this.#servedRevision, connected: this.#connected === true, loaded: this.#loaded, rejected: this.#rejectedCounts, fullReads: this.#fullReads };
+    return {
+      revision: this.#servedRevision,
+      connected: this.#following.following,
+      following: this.#following.info(),
+      loaded: this.#loaded,
+      rejected: this.#rejectedCounts,
+      fullReads: this.#fullReads,
+    };
   }
 
   /**
@@ -152,11 +161,13 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   /** L9: stops following etcd and gives a snapshot write in progress up to `flushMs`; false if it did not finish. */
   async close(flushMs: number): Promise<boolean> {
     this.#closed = true;
+    this.#following.close();
     this.#wake?.();
     const watcher = this.#watcher;
     this.#watcher = undefined;
-    await watcher?.cancel().catch(() => {});
-    this.#client.close();
+    // A watch etcd3 is stuck on never answers its cancel: the client's close ends it.
+    await Promise.race([watcher?.cancel().catch(() => {}), new Promise((resolve) => setTimeout(resolve, 100))]);
+    this.#etcd.close();
     return this.#options.snapshot ? this.#options.snapshot.flush(flushMs) : true;
   }
 
@@ -167,21 +178,32 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   // -------------------------------------------------------------------------------------------
   // Following etcd
 
-  /** Reads everything, then watches; after a failure, backs off and resumes. Resolves after the first read (or its failure). */
+  /**
+   * Reads everything, then watches from the revision applied; after a failure, backs off and
+   * resumes from there. A watch that etcd refused or did not create renews the client (see
+   * `etcd-client.ts`); a refused auth token is tried again at once, with a new sign-in. Resolves
+   * after the first read (or its failure).
+   */
   #follow(): Promise<void> {
     let first!: () => void;
     const firstDone = new Promise<void>((resolve) => (first = resolve));
     void (async () => {
       let backoff = BACKOFF_MIN_MS;
       let listed = false;
+      /** A sign-in again was tried at once since the last watch created: the next one waits its turn. */
+      let signedInAgain = false;
       while (!this.#closed) {
+        let wait = backoff;
         try {
           if (!listed) {
             await this.#list();
             listed = true;
             first();
           }
-          const ended = await this.#watchFrom(this.#resources.revision + 1);
+          const ended = await this.#watchFrom(this.#resources.revision + 1, () => {
+            backoff = BACKOFF_MIN_MS;
+            signedInAgain = false;
+          });
           if (this.#closed) break;
           if (ended === 'compacted') {
             // The history since the revision applied is gone: read everything again, at once.
@@ -190,15 +212,25 @@ export class EtcdSource implements ConfigSource, ResourceStore {
             continue;
           }
           // The watch stream ended (etcd went away, or the connection broke): said now, resumed after the back-off.
-          this.#disconnected(new Error('the watch stream ended'));
-          backoff = BACKOFF_MIN_MS;
+          this.#following.lost(new Error('the watch stream ended'));
         } catch (error) {
           first();
-          this.#disconnected(error);
+          if (this.#closed) break;
+          this.#following.lost(error);
+          if (isRefusal(error)) wait = REFUSED_RETRY_MS;
+          const token = isTokenRefusal(error);
+          if (token || error instanceof WatchNotCreated) this.#etcd.renew();
+          if (token) {
+            this.#options.log.info({ event: 'etcd_reauthenticated', reason: this.#following.info().last_error }, 'etcd refused the auth token (etcd restarted, or the token expired): signing in again');
+            if (!signedInAgain) {
+              signedInAgain = true;
+              continue;
+            }
+          }
         }
         if (this.#closed) break;
         await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, backoff);
+          const timer = setTimeout(resolve, wait * (0.5 + Math.random() / 2));
           this.#wake = () => {
             clearTimeout(timer);
             resolve();
@@ -211,33 +243,16 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     return firstDone;
   }
 
-  #disconnected(error: unknown): void {
-    if (this.#closed) return;
-    if (this.#connected !== false) {
-      this.#options.log.warn(
-        { event: 'etcd_unavailable', endpoints: this.#settings.endpoints, reason: (error as Error)?.message ?? String(error), serving: this.#loaded ? `revision ${this.#resources.revision}` : 'nothing yet' },
-        this.#loaded ? 'etcd is not answering; the gateway keeps serving what it has and retries' : 'etcd is not answering and there is no snapshot: not ready until it answers',
-      );
-    }
-    this.#connected = false;
-  }
-
-  #connectedNow(): void {
-    if (this.#connected !== true) this.#options.log.info({ event: 'etcd_connected', endpoints: this.#settings.endpoints, revision: this.#resources.revision }, 'following etcd');
-    this.#connected = true;
-  }
-
   /** A full read of the prefix: the resources become exactly what etcd holds. */
   async #list(): Promise<void> {
     const { prefix } = this.#settings;
-    const response = await this.#client.getAll().prefix(prefix).exec();
+    const response = await this.#etcd.client.getAll().prefix(prefix).exec();
     this.#fullReads++;
     const entries = new Map<string, { value: string; revision: number }>();
     for (const kv of response.kvs) entries.set(kv.key.toString().slice(prefix.length), { value: kv.value.toString(), revision: Number(kv.mod_revision) });
     const before = JSON.stringify([...this.#resources.entries()]);
     const previous = this.#resources.revision;
     this.#reject(this.#resources.replaceAll(entries, Number(response.header.revision), this.#env));
-    this.#connectedNow();
     const changed = !this.#loaded || JSON.stringify([...this.#resources.entries()]) !== before;
     // Nothing changed since what serves: it serves this revision too.
     if (!changed && this.#servedRevision >= previous) this.#servedRevision = this.#resources.revision;
@@ -245,14 +260,18 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     this.#applied(changed);
   }
 
-  /** Watches from `revision` until the watch breaks ('broken') or etcd cancels it for compaction ('compacted'). */
-  #watchFrom(revision: number): Promise<'broken' | 'compacted'> {
+  /**
+   * Watches from `revision` until the watch breaks ('broken') or etcd cancels it for compaction
+   * ('compacted'); `created` is called once etcd has created it. Rejects when it is not created:
+   * a WatchNotCreated when etcd refused it or did not answer within the request timeout.
+   */
+  #watchFrom(revision: number, created: () => void): Promise<'broken' | 'compacted'> {
     const { prefix } = this.#settings;
     return new Promise((resolve, reject) => {
-      const watcher = this.#client.watch().prefix(prefix).startRevision(String(revision)).watcher();
+      const watcher = this.#etcd.client.watch().prefix(prefix).startRevision(String(revision)).watcher();
       this.#watcher = watcher;
       let settled = false;
-      let created = false;
+      let isCreated = false;
       // etcd3 would resume by itself from its own idea of the revision: this source resumes from
       // the revision it applied, with a new watcher.
       const end = (outcome: 'broken' | 'compacted' | Error) => {
@@ -264,11 +283,13 @@ export class EtcdSource implements ConfigSource, ResourceStore {
         if (outcome instanceof Error) reject(outcome);
         else resolve(outcome);
       };
-      const timer = setTimeout(() => end(new Error(`no watch within ${this.#settings.request_timeout_ms} ms`)), this.#settings.request_timeout_ms);
+      const timer = setTimeout(() => end(new WatchNotCreated(`etcd did not create the watch within ${this.#settings.request_timeout_ms} ms`)), this.#settings.request_timeout_ms);
       watcher.on('connected', () => {
-        created = true;
+        if (settled) return;
+        isCreated = true;
         clearTimeout(timer);
-        this.#connectedNow();
+        created();
+        this.#following.resumed();
       });
       watcher.on('data', (response: { events: { type: string; kv: IKeyValue }[]; header: { revision: string }; compact_revision?: string }) => {
         if (settled) return;
@@ -282,9 +303,11 @@ export class EtcdSource implements ConfigSource, ResourceStore {
         this.#resources.revision = Math.max(this.#resources.revision, ...changes.map((c) => c.revision));
         this.#applied(true);
       });
-      watcher.on('disconnected', (error: Error) => end(created ? 'broken' : error));
-      // etcd cancels a watch whose start revision was compacted away (the only cancel we cause not ourselves).
-      watcher.on('error', (error: Error) => end(/compact/i.test(error.message) || created ? 'compacted' : error));
+      watcher.on('disconnected', (error: Error) => end(isCreated ? 'broken' : error));
+      // After its creation, etcd cancels a watch only when its start revision was compacted away. At
+      // its creation it refuses one (created and cancelled at once: an invalid auth token, a missing
+      // permission), and etcd3 then waits for ever for that creation: the client is renewed.
+      watcher.on('error', (error: Error) => end(isCreated || /compact/i.test(error.message) ? 'compacted' : new WatchNotCreated(error.message)));
     });
   }
 
@@ -315,7 +338,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
 
   /** What `kind/name` is in etcd now: its JSON and revision (0: absent). */
   async current(kind: ResourceKind, name: string): Promise<{ value: string | undefined; revision: number }> {
-    const kv = await this.#call(() => this.#client.get(this.#settings.prefix + resourceKey(kind, name)).exec());
+    const kv = await this.#call((client) => client.get(this.#settings.prefix + resourceKey(kind, name)).exec());
     const found = kv.kvs[0];
     return found ? { value: found.value.toString(), revision: Number(found.mod_revision) } : { value: undefined, revision: 0 };
   }
@@ -323,16 +346,14 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   /** Writes `stored` as `kind/name` if the key's revision is still `expected` (0: absent). */
   async put(kind: ResourceKind, name: string, stored: object, expected: number): Promise<WriteResult> {
     const key = this.#settings.prefix + resourceKey(kind, name);
-    const result = await this.#call(() =>
-      this.#client.if(key, 'Mod', '==', expected).then(this.#client.put(key).value(JSON.stringify(stored))).else(this.#client.get(key)).commit(),
-    );
+    const result = await this.#call((client) => client.if(key, 'Mod', '==', expected).then(client.put(key).value(JSON.stringify(stored))).else(client.get(key)).commit());
     if (!result.succeeded) throw conflict(kind, name, expected, revisionOf(result));
     return { before: expected, revision: Number(result.header.revision) };
   }
 
   async delete(kind: ResourceKind, name: string, expected: number): Promise<WriteResult> {
     const key = this.#settings.prefix + resourceKey(kind, name);
-    const result = await this.#call(() => this.#client.if(key, 'Mod', '==', expected).then(this.#client.delete().key(key)).else(this.#client.get(key)).commit());
+    const result = await this.#call((client) => client.if(key, 'Mod', '==', expected).then(client.delete().key(key)).else(client.get(key)).commit());
     if (!result.succeeded) throw conflict(kind, name, expected, revisionOf(result));
     return { before: expected, revision: Number(result.header.revision) };
   }
@@ -353,13 +374,28 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     return true;
   }
 
-  async #call<T>(call: () => Promise<T>): Promise<T> {
+  /**
+   * One call to etcd for the admin API. etcd3 signs in again by itself on `invalid auth token`; a
+   * token refused otherwise is signed in again here, and the call made once more (etcd refused it
+   * before doing anything).
+   */
+  async #call<T>(call: (client: Etcd3) => Promise<T>): Promise<T> {
     try {
-      return await call();
+      return await call(this.#etcd.client);
     } catch (error) {
-      throw new ResourceStoreError(503, 'etcd_unavailable', `etcd did not answer (${(error as Error).message}); nothing was written`);
+      if (!isTokenRefusal(error)) throw unavailable(error);
+      this.#etcd.renew();
+      try {
+        return await call(this.#etcd.client);
+      } catch (again) {
+        throw unavailable(again);
+      }
     }
   }
+}
+
+function unavailable(error: unknown): ResourceStoreError {
+  return new ResourceStoreError(503, 'etcd_unavailable', `etcd did not answer (${(error as Error).message}); nothing was written`);
 }
 
 /** The revision a failed compare found (from the transaction's `else` read; 0: absent). */

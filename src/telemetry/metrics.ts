@@ -293,7 +293,7 @@ export class Metrics {
       });
       new Gauge({
         name: 'sluice_etcd_connected',
-        help: '1 while etcd answers, 0 while the gateway serves what it has without it.',
+        help: '1 while the gateway follows etcd (its watch is open: a change arrives), 0 while it serves what it has without it.',
         registers,
         aggregator: 'min',
         collect() {

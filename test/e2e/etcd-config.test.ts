@@ -376,6 +376,28 @@ describe('etcd: away and back', { skip }, () => {
     }
   });
 
+  test('etcd frozen (SIGSTOP: the connection stays open, nothing answers): within 20 s the gateway says it does not follow etcd (keepalive), and follows it again once it answers', async () => {
+    const prefix = await seeded();
+    const gw = await startGateway({ config: etcdConfig(prefix) });
+    const following = async () => (json(await adminCall(gw, 'GET', '/server_info')).config_source as { following: boolean; last_error: string | null }).following;
+    try {
+      assert.equal(await following(), true);
+      etcd.freeze();
+      const frozenAt = Date.now();
+      await eventually(async () => !(await following()), 20_000, 'not following a frozen etcd');
+      assert.ok(Date.now() - frozenAt >= 5000, 'not at once: a quiet watch is not a dead one');
+      assert.equal(metricValue(await scrape(gw), 'sluice_etcd_connected'), 0);
+      assert.equal((await chat(gw, 'base')).status, 200);
+      etcd.thaw();
+      await eventually(following, 10_000, 'following again');
+      await etcd.put(`${prefix}models/thawed`, JSON.stringify({ provider: 'echo' }));
+      await eventually(async () => (await chat(gw, 'thawed')).status === 200, 2000, 'a change after the thaw');
+    } finally {
+      etcd.thaw();
+      await gw.stop();
+    }
+  });
+
   for (const compaction of [false, true]) {
     test(`cut off while others write${compaction ? ' and etcd compacts its history' : ''}: every change made meanwhile arrives, none missed`, async () => {
       const prefix = await seeded();

@@ -1,6 +1,8 @@
 // `sluice status` against the built program: plain lines when its output is not a terminal, a
 // redrawn screen with a progress bar on one (under `script`, a pseudo-terminal), exit 0 when the
-// gateway exits after its drain, exit 1 with a message when it cannot follow it.
+// gateway exits after its drain, exit 1 with a message when it cannot follow it (refused, or a
+// gateway gone silent: the read-idle timeout; its whole run across a drain at the default window
+// is in test/security/status-watch.test.ts).
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -8,6 +10,7 @@ import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createServer, type AddressInfo } from 'node:net';
+import { createServer as createHttpServer } from 'node:http';
 import { MAIN, ROOT, eventually, runSluice, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { mockHeader, startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 import { requireTool } from '../support/system-tool.ts';
@@ -157,6 +160,39 @@ describe('sluice status cannot follow', () => {
     assert.equal(closed.code, 1);
     assert.match(closed.stderr, new RegExp(`cannot reach the admin API at http://127\\.0\\.0\\.1:${port}: .*ECONNREFUSED`));
   });
+});
+
+test('a gateway that goes silent after its first update: exit 1 after the read-idle timeout (10 s), saying so; one that never answers: exit 1 after the connect timeout (10 s)', async () => {
+  const snapshot = { at: new Date().toISOString(), version: '0.0.0', pid: 1, uptime_secs: 1, state: 'serving', ready: true, healthcheck_failed: false, config: { source: 'file', last_reload: null }, requests_per_sec: 0, in_flight: 0, in_flight_by: [], open_connections: 1, connections: [], listeners: [], targets: [], workers: [], drain: null, open_work: { total: 0, oldest: [] } };
+  let firstUpdateAt = 0;
+  const silent = createHttpServer((_req, res) => {
+    res.writeHead(200, { 'content-type': 'text/event-stream' });
+    res.write(`event: status\ndata: ${JSON.stringify(snapshot)}\n\n`);
+    firstUpdateAt = Date.now();
+    // Then nothing, with the connection kept open: a frozen gateway, or a path that drops packets.
+  });
+  const mute = createServer(() => {});
+  for (const server of [silent, mute]) {
+    server.listen(0, '127.0.0.1');
+    await once(server, 'listening');
+  }
+  const url = (server: { address(): unknown }) => `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    const [quiet, never] = await Promise.all([
+      runSluice(['status', '--admin', url(silent), '--token', TOKEN], { timeoutMs: 30_000 }).then((r) => ({ ...r, at: Date.now() })),
+      runSluice(['status', '--admin', url(mute), '--token', TOKEN], { timeoutMs: 30_000 }),
+    ]);
+    assert.equal(quiet.code, 1);
+    assert.match(quiet.stdout, /serving, ready/);
+    assert.match(quiet.stderr, new RegExp(`lost the connection to ${url(silent).replace(/\./g, '\\.')}: no update within 10 s`));
+    assert.ok(quiet.at - firstUpdateAt >= 9500, `gave up ${quiet.at - firstUpdateAt} ms after the last update`);
+    assert.equal(never.code, 1);
+    assert.match(never.stderr, /cannot reach the admin API at .*: no answer within 10 s/);
+  } finally {
+    silent.closeAllConnections();
+    silent.close();
+    mute.close();
+  }
 });
 
 test('admin.status_page: false: sluice status exits 1 and says the status stream is off', async () => {

@@ -26,6 +26,10 @@ export interface EtcdServer {
   stop(): Promise<void>;
   /** SIGKILL, and waits for the exit (a crash: nothing is flushed or closed cleanly). */
   kill(): Promise<void>;
+  /** SIGSTOP: its connections stay open and nothing answers (a frozen member, or a silent partition). */
+  freeze(): void;
+  /** SIGCONT after `freeze()`. */
+  thaw(): void;
   /** Stops it and removes the data directory. */
   close(): Promise<void>;
   /** The current revision of the key space. */
@@ -81,8 +85,17 @@ export interface EtcdTls {
   clientKey: string;
 }
 
-export async function startEtcd(options: { tls?: EtcdTls } = {}): Promise<EtcdServer> {
-  const { tls } = options;
+/**
+ * etcd's authentication: a `root` user with this password, and `auth enable`, done once at the first
+ * start (it lives in the data directory, so every later start has it too). The harness's own
+ * etcdctl then signs in as root.
+ */
+export interface EtcdAuth {
+  password: string;
+}
+
+export async function startEtcd(options: { tls?: EtcdTls; auth?: EtcdAuth } = {}): Promise<EtcdServer> {
+  const { tls, auth } = options;
   const missing = etcdCheck().skip;
   if (missing) throw new Error(`startEtcd: ${missing}`);
   const root = mkdtempSync(join(tmpdir(), 'sluice-etcd-'));
@@ -169,11 +182,12 @@ export async function startEtcd(options: { tls?: EtcdTls } = {}): Promise<EtcdSe
     }
   };
 
+  let signedIn: string[] = [];
   const etcdctl = (...args: string[]): Promise<string> =>
     new Promise((resolve, reject) => {
       execFile(
         'etcdctl',
-        [`--endpoints=${endpoint()}`, '--dial-timeout=2s', '--command-timeout=5s', ...tlsFlags, ...args],
+        [`--endpoints=${endpoint()}`, '--dial-timeout=2s', '--command-timeout=5s', ...tlsFlags, ...signedIn, ...args],
         { env: { ...process.env, ETCDCTL_API: '3' }, timeout: 10_000, maxBuffer: 64 * 1024 * 1024 },
         (error, stdout, stderr) => {
           if (error) reject(new Error(`etcdctl ${args.join(' ')} failed: ${error.message}\n${stderr}`));
@@ -207,6 +221,11 @@ export async function startEtcd(options: { tls?: EtcdTls } = {}): Promise<EtcdSe
       await rm(dataDir, { recursive: true, force: true });
     }
   }
+  if (auth) {
+    await etcdctl('user', 'add', 'root', `--new-user-password=${auth.password}`);
+    await etcdctl('auth', 'enable');
+    signedIn = [`--user=root:${auth.password}`];
+  }
 
   return {
     get endpoint() {
@@ -220,6 +239,8 @@ export async function startEtcd(options: { tls?: EtcdTls } = {}): Promise<EtcdSe
     start,
     stop: () => signal('SIGTERM'),
     kill: () => signal('SIGKILL'),
+    freeze: () => void child?.kill('SIGSTOP'),
+    thaw: () => void child?.kill('SIGCONT'),
     async close() {
       await signal('SIGTERM');
       await healthAgent?.close();
