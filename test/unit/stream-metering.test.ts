@@ -3,6 +3,7 @@
 // usage asked for whatever the client sent (withStreamUsage). Each fed in one piece, byte by byte
 // and split everywhere: a read boundary must never change the answer.
 import { test } from 'node:test';
+import fc from 'fast-check';
 import assert from 'node:assert/strict';
 import { StreamEndWatch, type StreamOutcome } from '../../src/gateway/stream-end.ts';
 import { OutputText } from '../../src/gateway/output-text.ts';
@@ -165,4 +166,47 @@ test('UsageMeter: the provider\'s final usage as it is; otherwise an estimate fr
   const tokens = new UsageMeter({ api: 'count_tokens', sse: false, watchEnd: false, estimates: false });
   tokens.push(Buffer.from('{"input_tokens":12}'));
   assert.equal(tokens.usage(40), undefined, 'a token count is never billed');
+});
+
+/** Fixed, so a failure reproduces; SLUICE_FUZZ_SEED=<n> explores other inputs. */
+const SEED = Number(process.env.SLUICE_FUZZ_SEED ?? 0x5ee7);
+
+test('hostile upstream bytes in any reads: nothing throws, the end is the same whatever the reads, the usage never negative', async () => {
+  const piece = fc.oneof(
+    fc.string({ maxLength: 24 }),
+    fc.constantFrom('data: ', 'event: ', '\n', '\r\n', '\r', '\n\n', ':', '{', '"usage":', 'null', '"usage":{"prompt_tokens":5,"completion_tokens":-3}', '"content":"', '\\"', '\\\\', '[DONE]', 'message_stop', '"type":"error"', '"sequence_number":9'),
+  );
+  const stream = fc.array(piece, { maxLength: 40 }).map((parts) => Buffer.from(parts.join('')));
+  const cuts = fc.array(fc.nat(), { maxLength: 6 });
+  const apis: Endpoint[] = ['chat', 'completions', 'responses', 'messages'];
+  const outcomes: Promise<void>[] = [];
+  fc.assert(
+    fc.property(stream, cuts, fc.constantFrom(...apis), (bytes, at, api) => {
+      const points = [...new Set(at.map((n) => n % (bytes.length + 1)))].sort((a, b) => a - b);
+      const reads: Buffer[] = [];
+      let from = 0;
+      for (const point of [...points, bytes.length]) {
+        reads.push(bytes.subarray(from, point));
+        from = point;
+      }
+      const whole = new StreamEndWatch(api);
+      whole.push(bytes);
+      const split = new StreamEndWatch(api);
+      const meter = new UsageMeter({ api, sse: true, watchEnd: true, estimates: true });
+      for (const read of reads) {
+        split.push(read);
+        meter.push(read);
+      }
+      assert.equal(split.outcome(), whole.outcome());
+      assert.ok(Number.isInteger(split.nextSequence()) && split.nextSequence() >= 0);
+      const usage = meter.usage(7);
+      outcomes.push(
+        Promise.resolve(usage).then((u) => {
+          assert.ok(u === undefined || (u.prompt >= 0 && u.completion >= 0 && Number.isFinite(u.prompt + u.completion)), JSON.stringify(u));
+        }),
+      );
+    }),
+    { seed: SEED, numRuns: 400 },
+  );
+  await Promise.all(outcomes);
 });
