@@ -31,6 +31,8 @@ const BODY_KEYS: Partial<Record<Endpoint, readonly Buffer[]>> = {
 
 export class OutputText {
   readonly #keys: readonly Buffer[];
+  /** The keys by the first letter of their name: most quotes in an event open no key of ours. */
+  readonly #byFirst: readonly (readonly Buffer[] | undefined)[];
   /** The values kept, still JSON-escaped. */
   #kept = '';
   #keptBytes = 0;
@@ -43,26 +45,34 @@ export class OutputText {
   /** `api`: the upstream's endpoint; `stream`: its SSE events, else its JSON body. */
   constructor(api: Endpoint, stream: boolean) {
     this.#keys = (stream ? STREAM_KEYS : BODY_KEYS)[api] ?? [];
+    const byFirst: Buffer[][] = [];
+    for (const key of this.#keys) (byFirst[key[1]!] ??= []).push(key);
+    this.#byFirst = byFirst;
   }
 
   push(chunk: Buffer): void {
     if (this.#keys.length === 0) return;
-    let from = 0;
+    const byFirst = this.#byFirst;
+    let i = 0;
     if (this.#open) {
-      from = this.#value(chunk, 0, this.#backslashes);
-      if (from === -1) return;
+      i = this.#value(chunk, 0, this.#backslashes);
+      if (i === -1) return;
     }
-    for (const key of this.#keys) {
-      for (let at = chunk.indexOf(key, from); at !== -1; at = chunk.indexOf(key, at + key.length)) {
-        let i = skipSpace(chunk, at + key.length);
-        if (chunk[i] !== COLON) continue; // a value that happens to read "text", not a key
-        i = skipSpace(chunk, i + 1);
-        if (chunk[i] !== QUOTE) continue; // null, a number, an object
-        const end = this.#value(chunk, i + 1, 0);
-        // A value that runs on to the end of the read: no key can follow it (inside a JSON string a quote is escaped).
-        if (end === -1) break;
-        at = end - key.length;
-      }
+    // One pass over the bytes (cheaper than a search per key): at each quote, is a key named?
+    const n = chunk.length;
+    for (; i < n; i++) {
+      if (chunk[i] !== QUOTE) continue;
+      const candidates = byFirst[chunk[i + 1]!];
+      if (candidates === undefined) continue;
+      const key = named(chunk, i, candidates);
+      if (key === 0) continue;
+      let at = skipSpace(chunk, i + key);
+      if (chunk[at] !== COLON) continue; // a value that happens to read "text", not a key
+      at = skipSpace(chunk, at + 1);
+      if (chunk[at] !== QUOTE) continue; // null, a number, an object
+      const end = this.#value(chunk, at + 1, 0);
+      if (end === -1) return;
+      i = end - 1;
     }
   }
 
@@ -97,6 +107,18 @@ export class OutputText {
     this.#kept += chunk.toString('utf8', from, until);
     this.#keptBytes += until - from;
   }
+}
+
+/** The length of the key (quotes included) that starts at `at`, or 0. */
+function named(chunk: Buffer, at: number, keys: readonly Buffer[]): number {
+  for (let j = 0; j < keys.length; j++) {
+    const key = keys[j]!;
+    if (at + key.length > chunk.length) continue;
+    let k = 2;
+    while (k < key.length && chunk[at + k] === key[k]) k++;
+    if (k === key.length) return k;
+  }
+  return 0;
 }
 
 function skipSpace(chunk: Buffer, i: number): number {

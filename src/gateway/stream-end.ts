@@ -38,12 +38,14 @@ export class StreamEndWatch {
     if (chunk.length === 0) return;
     const start = this.#acrossReads(chunk);
     if (start > 0) this.#complete();
-    const last = lastBlank(chunk, start, chunk.length);
+    const last = lastBlank(chunk, start, chunk.length, true);
     if (last === undefined) this.#append(chunk, start, chunk.length);
     else {
+      // Events end as the last one did: LF LF, or (a stream with CRs) LF CR LF too.
+      const crs = last.end - last.at === 2;
       // The events this read completed, from the last back to the first that says something.
       for (let end = last.at; ; ) {
-        const before = lastBlank(chunk, start, end);
+        const before = lastBlank(chunk, start, end, crs);
         if (before === undefined) {
           // The first: the event that began in an earlier read.
           this.#append(chunk, start, end);
@@ -119,10 +121,17 @@ export class StreamEndWatch {
   }
 }
 
-/** The last blank line (LF LF, or LF CR LF) within `buf[from, to)`: where it starts and ends. */
-function lastBlank(buf: Buffer, from: number, to: number): { at: number; end: number } | undefined {
+/**
+ * The last blank line (LF LF, or with `crs` LF CR LF too) within `buf[from, to)`: where its event
+ * ends (after the first LF) and where it ends. A read usually ends with one: that costs no search.
+ */
+function lastBlank(buf: Buffer, from: number, to: number, crs: boolean): { at: number; end: number } | undefined {
+  if (to - 2 >= from && buf[to - 1] === LF) {
+    if (buf[to - 2] === LF) return { at: to - 1, end: to };
+    if (crs && to - 3 >= from && buf[to - 2] === CR && buf[to - 3] === LF) return { at: to - 2, end: to };
+  }
   const a = to - 2 < from ? -1 : buf.lastIndexOf(LF_LF, to - 2);
-  const b = to - 3 < from ? -1 : buf.lastIndexOf(LF_CR_LF, to - 3);
+  const b = !crs || to - 3 < from ? -1 : buf.lastIndexOf(LF_CR_LF, to - 3);
   const aEnd = a >= from ? a + 2 : -1;
   const bEnd = b >= from ? b + 3 : -1;
   if (aEnd === -1 && bEnd === -1) return undefined;
