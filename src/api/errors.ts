@@ -84,6 +84,8 @@ export const errors = {
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
+  /** A stream that ended without its API's final event ([DONE], message_stop, response.completed): its answer is incomplete. */
+  streamCut: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_stream_cut', `provider "${provider}" ended the stream before the response was complete`),
   firstTokenTimeout: (provider: string) =>
     new GatewayError(504, 'timeout_error', 'upstream_first_token_timeout', `provider "${provider}" sent no content before the route's first_token_timeout_ms`),
   noTarget: (route: string) => new GatewayError(503, 'upstream_error', 'no_target_available', `route "${route}" has no target left to try`),

@@ -377,6 +377,11 @@ const limits = z.strictObject({
   lease_secs: fromEnv(z.number().positive()).default(30),
   /** Completion tokens reserved for a request that sets no max_tokens (settled with the real usage when it ends). */
   estimate_output_tokens: fromEnv(z.number().int().nonnegative()).default(500),
+  /**
+   * A client that leaves mid-answer: the answer is read on (and thrown away) this long at most, so
+   * that its usage is the provider's; then, or at 0, it is stopped and its usage estimated.
+   */
+  read_after_disconnect_secs: fromEnv(z.number().nonnegative()).default(30),
   /** Limits on the whole gateway (every instance sharing the store). */
   global: rateLimitsSchema.optional(),
   /** Limits per model, by the configured model entry's name, across every key. */

@@ -12,6 +12,7 @@ import type { TargetState } from '../routing/targets.ts';
 import { retryAfterMs, statusFailure, transportFailure } from '../routing/failures.ts';
 import type { Translation } from '../translate/registry.ts';
 import { FirstContentWatch } from './first-content.ts';
+import { errors } from '../api/errors.ts';
 import type { AttemptTrace } from '../telemetry/tracing.ts';
 
 /** An error answer is read up to this much (for its class and to return it); the rest is cut. */
@@ -150,12 +151,23 @@ export class Attempt implements ResponseHandler {
         this.#phase = 'done';
         this.prepared.state.end();
         return this.#exchange.end();
-      case 'holding':
-        // A stream that ended without content (an empty answer) is an answer.
-        this.#commit();
+      case 'holding': {
+        const seen = this.#watch!.finish();
+        if (seen === 'content') {
+          // Its last event was not closed by a blank line: an answer all the same.
+          this.#commit();
+          this.#phase = 'done';
+          this.prepared.state.end();
+          return this.#exchange.end();
+        }
+        const held = this.#chunks;
         this.#phase = 'done';
-        this.prepared.state.end();
-        return this.#exchange.end();
+        this.#clearTimers();
+        if (seen === 'error') return this.#exchange.failed(this, { kind: 'stream_error', held, headers: this.#headers });
+        // Ended before any content, so without its final event ([DONE], message_stop,
+        // response.completed): cut, a failure that may fall back.
+        return this.#exchange.failed(this, { kind: 'stream_error', error: errors.streamCut(this.prepared.provider.name) });
+      }
       case 'error_body': {
         this.#phase = 'done';
         this.#clearTimers();

@@ -2,7 +2,8 @@
 // switches targets: until then nothing is sent downstream, so a stream that fails before its first
 // token falls back invisibly. Preambles (OpenAI's role-only first chunk, Anthropic's message_start
 // and ping, the Responses API's response.created) are not content; an error event before content
-// is a failure; anything not recognised counts as content, so an unknown stream is never held.
+// is a failure; anything not recognised counts as content, so an unknown stream is never held. A
+// stream that ends before its first content never sent its final event either: it was cut.
 import { SseParser, type SseEvent } from '../translate/sse.ts';
 
 export type Watched = 'waiting' | 'content' | 'error';
@@ -28,6 +29,15 @@ export class FirstContentWatch {
         if (seen !== 'waiting') return seen;
       }
       from = to;
+    }
+    return 'waiting';
+  }
+
+  /** The stream ended: an event not closed by a blank line is classified too. */
+  finish(): Watched {
+    for (const event of this.#parser.finish()) {
+      const seen = this.#classify(event);
+      if (seen !== 'waiting') return seen;
     }
     return 'waiting';
   }

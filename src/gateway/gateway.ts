@@ -8,7 +8,7 @@ import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
 import { ClientKeys, type ClientKey } from '../auth/keys.ts';
-import { LimitPolicy, UNLIMITED, type Limiter } from '../limits/limiter.ts';
+import { LimitPolicy, promptEstimate, UNLIMITED, type Limiter } from '../limits/limiter.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
@@ -235,9 +235,21 @@ export class Gateway {
       admission.finish(usage, cost, ctx.res.headersSent && status < 400);
     });
     if (ctx.res.destroyed) return;
-    const relay = new ResponseRelay(ctx, this.#env, ctx.dialect);
+    const relay = new ResponseRelay(ctx, this.#env, spec.endpoint);
     const exchange = new RoutedExchange(
-      { ctx, route, providers: routing.providers, cooldown: routing.cooldown, endpoint: spec.endpoint, json: body, bytes: read.body, headers: upstreamHeaders(ctx.req.headers), path },
+      {
+        ctx,
+        route,
+        providers: routing.providers,
+        cooldown: routing.cooldown,
+        endpoint: spec.endpoint,
+        json: body,
+        bytes: read.body,
+        headers: upstreamHeaders(ctx.req.headers),
+        path,
+        readAfterDisconnectMs: policy.settings.read_after_disconnect_secs * 1000,
+        promptTokens: promptEstimate(read.body.length),
+      },
       this.#env,
       relay,
     );

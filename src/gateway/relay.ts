@@ -1,14 +1,27 @@
 // Relays the answer a route committed to the client as it arrives: status and headers, then bytes
 // (SSE chunk by chunk), with back-pressure and exactly one ending. Shaped as an undici
-// DispatchHandler; its controller is the RoutedExchange, which stands for the attempts.
+// DispatchHandler; its controller is the RoutedExchange, which stands for the attempts. When the
+// client leaves first, the exchange is told (it reads the answer on to its usage, or stops), and
+// the request stays in flight until its usage is known.
 import type { IncomingHttpHeaders } from 'node:http';
-import type { DispatchController, ResponseHandler } from '../providers/types.ts';
+import type { DispatchController, Endpoint, ResponseHandler } from '../providers/types.ts';
 import type { DrainDecision, ForceEndable } from '../lifecycle/contracts.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
-import { errors, GatewayError, type ErrorDialect } from '../api/errors.ts';
+import { errors, GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError, kindOfCode } from './upstream-errors.ts';
+import { streamErrorEvent } from './stream-errors.ts';
+
+/** What the relay asks of the exchange that drives it, beyond undici's controller. */
+export interface RelayController extends DispatchController {
+  /** The client left: the answer is read on to its usage (bounded), or the exchange stops. */
+  leave(reason: Error): void;
+  /** Calls `done` once the usage is known (read, or estimated); false when it already is. */
+  whenSettled(done: () => void): boolean;
+  /** The `sequence_number` the next event of a Responses stream takes. */
+  nextSequence(): number;
+}
 
 export interface RelayEnvironment {
   readonly decision: DrainDecision;
@@ -16,6 +29,9 @@ export interface RelayEnvironment {
   /** Logs an unexpected error (a bug) with the request it happened in. */
   reportBug(error: unknown, requestId: string): void;
 }
+
+const LF = 10;
+const LF_LF = (LF << 8) | LF;
 
 /** Ends the upstream request when the client leaves first. */
 class ClientGoneError extends Error {
@@ -28,21 +44,24 @@ class ClientGoneError extends Error {
 export class ResponseRelay implements ResponseHandler, ForceEndable {
   readonly #ctx: RequestContext;
   readonly #env: RelayEnvironment;
-  readonly #dialect: ErrorDialect;
-  #controller: DispatchController | undefined;
+  /** The client's endpoint: the shape of the error event that ends a stream. */
+  readonly #api: Endpoint;
+  #controller: RelayController | undefined;
   #sse = false;
   #ended = false;
   #waitingForDrain = false;
+  /** The last two bytes written: an error event after a stream cut mid-event starts on an event of its own. */
+  #lastTwo = 0;
 
-  constructor(ctx: RequestContext, env: RelayEnvironment, dialect: ErrorDialect) {
+  constructor(ctx: RequestContext, env: RelayEnvironment, api: Endpoint) {
     this.#ctx = ctx;
     this.#env = env;
-    this.#dialect = dialect;
+    this.#api = api;
     ctx.forceEnder = this;
-    ctx.res.once('close', this.#onClientClose);
+    ctx.settleLater = this.#onResponseClosed;
   }
 
-  onRequestStart(controller: DispatchController): void {
+  onRequestStart(controller: RelayController): void {
     this.#controller = controller;
     if (this.#ended) controller.abort(new ClientGoneError());
   }
@@ -60,6 +79,8 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
 
   onResponseData(controller: DispatchController, chunk: Buffer): void {
     if (this.#ended) return;
+    const n = chunk.length;
+    if (n > 0) this.#lastTwo = n >= 2 ? (chunk[n - 2]! << 8) | chunk[n - 1]! : ((this.#lastTwo & 0xff) << 8) | chunk[0]!;
     if (!this.#ctx.res.write(chunk) && !this.#waitingForDrain) {
       this.#waitingForDrain = true;
       controller.pause();
@@ -97,7 +118,8 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   }
 
   forceEnd(reason: string): void {
-    if (this.#ended) return;
+    // An answer still read for its usage after its client left is stopped too (its usage estimated).
+    if (this.#ended) return this.#controller?.abort(new Error(`gateway shutting down (${reason})`));
     this.#ctx.errorCode = 'drain_forced';
     this.#finish();
     this.#controller?.abort(new Error(`gateway shutting down (${reason})`));
@@ -108,7 +130,10 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   }
 
   #endStreamWithError(error: GatewayError): void {
-    this.#ctx.res.end(`event: error\ndata: ${error.body(this.#dialect)}\n\n`);
+    // What was sent may end in the middle of an event (a cut): it is closed first, so that the error
+    // event is one of its own and not glued to the last line.
+    const closed = this.#lastTwo === LF_LF || this.#lastTwo === 0 ? '' : (this.#lastTwo & 0xff) === LF ? '\n' : '\n\n';
+    this.#ctx.res.end(closed + streamErrorEvent(error, this.#api, this.#controller?.nextSequence() ?? 0));
   }
 
   #finish(): void {
@@ -120,10 +145,13 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
     this.#controller?.resume();
   };
 
-  readonly #onClientClose = (): void => {
-    if (this.#ended) return;
-    this.#ctx.errorCode ||= 'client_gone';
-    this.#finish();
-    this.#controller?.abort(new ClientGoneError());
+  /** The response closed (ended, or the client left first): the request leaves in flight once its usage is known. */
+  readonly #onResponseClosed = (done: () => void): boolean => {
+    if (!this.#ended) {
+      this.#ctx.errorCode ||= 'client_gone';
+      this.#finish();
+      this.#controller?.leave(new ClientGoneError());
+    }
+    return this.#controller?.whenSettled(done) ?? false;
   };
 }

@@ -3,7 +3,10 @@
 // (it is small) and a stream is held until its first content event, so a target that refuses,
 // resets, answers 429/5xx, sends an error event or stalls before its first token is replaced
 // without the client seeing it. Once committed, the answer is relayed (translated when the target
-// speaks another API) and never switched: a later failure ends it with the explicit error event.
+// speaks another API) and never switched: a later failure, or a stream that ends without its API's
+// final event, ends it with the explicit error event. Its usage is read as it passes (estimated
+// when the provider never gave it whole); if the client leaves first, the answer is read on to its
+// usage, within bounds, before the request is settled.
 import type { IncomingHttpHeaders } from 'node:http';
 import type { Clock, TimerHandle } from '../lifecycle/clock.ts';
 import type { DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../providers/types.ts';
@@ -14,17 +17,23 @@ import type { RetryBudget } from '../routing/retry-budget.ts';
 import { backoffMs, countsAgainstTarget, listed } from '../routing/failures.ts';
 import type { RequestContext } from '../server/context.ts';
 import { errors, GatewayError } from '../api/errors.ts';
-import { TranslationError, type Json, type StreamTranslator } from '../translate/types.ts';
+import { TranslationError, type Json, type StreamOutcome, type StreamTranslator } from '../translate/types.ts';
 import { translationFor } from '../translate/registry.ts';
 import { Attempt, type AttemptOwner, type Failure, type Prepared } from './attempt.ts';
-import { JsonUsageReader, SseUsageReader, type UsageReader } from './usage.ts';
+import { UsageMeter } from './usage-meter.ts';
 import { UsageStripper, withStreamUsage } from './stream-usage.ts';
+import type { RelayController } from './relay.ts';
+import type { Usage } from '../server/context.ts';
 
 const BLANK_LINE = Buffer.from('\n\n');
 /** The failures a stream can have after its headers and before its first content. */
 const AFTER_HEADERS = ['reset', 'timeout', 'first_token_timeout', 'stream_error'] as const;
 /** A JSON answer larger than this is not translated (a 502): it is read whole to be rewritten. */
 const MAX_TRANSLATED_JSON = 32 * 1024 * 1024;
+/** After the client left, at most this much more of an answer is read for its usage. */
+const MAX_READ_AFTER_DISCONNECT = 4 * 1024 * 1024;
+/** A committed answer that failed is recorded on its target without counting towards a cooldown. */
+const NO_COOLDOWN = { failures: 0, secs: 0, maxSecs: 0 };
 
 export interface ExchangeEnvironment {
   readonly clock: Clock;
@@ -38,6 +47,8 @@ export interface ExchangeEnvironment {
   cooldownStarted(provider: string, model: string, failure: string, ms: number): void;
   /** Logs an unexpected error (a bug) with the request it happened in. */
   reportBug(error: unknown, requestId: string): void;
+  /** A failure the client was told of (`sluice_upstream_errors_total`). */
+  upstreamError(provider: string, kind: string): void;
 }
 
 /** What the client sees: the relay, as an undici handler that never sees attempts. */
@@ -54,9 +65,13 @@ export interface RoutedRequest {
   readonly bytes: Buffer;
   readonly headers: Record<string, string | string[]>;
   readonly path: string;
+  /** How long an answer is read on for its usage after the client left (0: not at all). */
+  readonly readAfterDisconnectMs: number;
+  /** The prompt's tokens as the limiter estimated them: an estimated usage's prompt when the provider reported none. */
+  readonly promptTokens: number;
 }
 
-export class RoutedExchange implements DispatchController, AttemptOwner {
+export class RoutedExchange implements RelayController, AttemptOwner {
   readonly #req: RoutedRequest;
   readonly #env: ExchangeEnvironment;
   readonly #downstream: Downstream;
@@ -76,7 +91,14 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
   #inBudget = false;
   /** The first reason a target could not take the request at all (no translation, a parameter it cannot express). */
   #unfit: GatewayError | undefined;
-  #usage: UsageReader | undefined;
+  #meter: UsageMeter | undefined;
+  /** The client left: the answer is read on for its usage only, bounded by time and bytes. */
+  #left = false;
+  #leftBytes = 0;
+  #leftTimer: TimerHandle | undefined;
+  /** The usage is known (ctx.usage set): the request may leave in flight; and who waits for it. */
+  #settled = false;
+  #onSettled: (() => void) | undefined;
   #translator: StreamTranslator | undefined;
   /** A translated stream has written its first bytes. */
   #translatedOut = false;
@@ -127,6 +149,35 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     this.#waiting?.cancel();
     (this.#committed ?? this.#current)?.abandon(reason);
     this.#finish('cancelled');
+  }
+
+  // -- after the client left ---------------------------------------------------------------------
+
+  /**
+   * The client left before the end. A committed answer is read on and thrown away until it ends,
+   * so that its usage is the provider's: at most `readAfterDisconnectMs` and
+   * MAX_READ_AFTER_DISCONNECT bytes, then it is stopped and its usage estimated. Before any answer
+   * (attempts under way, or between two), or with no time allowed, it stops at once: nothing was
+   * answered, and a provider stops generating what nobody reads.
+   */
+  leave(reason: Error): void {
+    if (this.#aborted || this.#finished) return;
+    const wait = this.#req.readAfterDisconnectMs;
+    if (wait <= 0 || this.#committed === undefined) return this.abort(reason);
+    this.#left = true;
+    this.#deadline?.cancel();
+    this.#leftTimer = this.#env.clock.after(wait, () => this.abort(reason));
+    if (this.#paused) this.resume();
+  }
+
+  whenSettled(done: () => void): boolean {
+    if (this.#settled) return false;
+    this.#onSettled = done;
+    return true;
+  }
+
+  nextSequence(): number {
+    return this.#translator?.nextSequence?.() ?? this.#meter?.nextSequence() ?? 0;
   }
 
   // -- attempts ----------------------------------------------------------------------------------
@@ -219,8 +270,8 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     if (provider.supports(endpoint)) {
       let body = bytes;
       let parsed = json;
-      // Usage of every OpenAI chat stream is asked for (limits, spend) and hidden again if the client did not ask.
-      const asked = endpoint === 'chat' && provider.type !== 'anthropic' ? withStreamUsage(json) : undefined;
+      // Usage of every OpenAI chat and completions stream is asked for (limits, spend) and hidden again if the client did not ask.
+      const asked = (endpoint === 'chat' || endpoint === 'completions') && provider.type !== 'anthropic' ? withStreamUsage(json) : undefined;
       if (upstreamModel !== json.model || asked) {
         parsed = { ...(asked ?? json), model: upstreamModel };
         try {
@@ -441,7 +492,11 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     const out: IncomingHttpHeaders = { ...headers };
     const contentType = headers['content-type'];
     const sse = typeof contentType === 'string' && contentType.startsWith('text/event-stream');
-    if (status < 300) this.#usage = sse ? new SseUsageReader() : new JsonUsageReader();
+    if (status < 300) {
+      const api = prepared.request.endpoint;
+      // A translated stream's translator knows how it ended; a relayed one is watched by byte search.
+      this.#meter = new UsageMeter({ api, sse, watchEnd: prepared.translation === undefined, estimates: api !== 'count_tokens' });
+    }
     if (prepared.translation) {
       delete out['content-length'];
       delete out['content-encoding'];
@@ -467,7 +522,12 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
 
   /** Upstream bytes of the committed answer. */
   data(chunk: Buffer): void {
-    this.#usage?.push(chunk);
+    this.#meter?.push(chunk);
+    if (this.#left) {
+      this.#leftBytes += chunk.length;
+      if (this.#leftBytes > MAX_READ_AFTER_DISCONNECT) this.abort(new Error('the answer is too long to read on after the client left'));
+      return;
+    }
     if (this.#jsonChunks) {
       this.#jsonChunks.push(chunk);
       this.#jsonBytes += chunk.length;
@@ -542,6 +602,7 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
       this.#endDeferred = true;
       return;
     }
+    if (this.#left) return this.#finish();
     const prepared = (this.#committed ?? this.#lastAttempt)?.prepared;
     if (this.#jsonChunks && prepared?.translation) {
       const raw = Buffer.concat(this.#jsonChunks).toString('utf8');
@@ -569,14 +630,28 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
       this.#downstream.onResponseData(this, body);
       return this.#downstream.onResponseEnd(this, {});
     }
+    let outcome: StreamOutcome | undefined;
     if (this.#translator) {
       let text: string;
       try {
         text = this.#translator.end();
+        outcome = this.#translator.outcome?.();
       } catch (error) {
         return this.#untranslatable(error);
       }
       if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
+    }
+    outcome ??= this.#meter?.outcome();
+    const provider = prepared?.provider.name ?? this.#req.route.entry;
+    if (outcome === 'cut') {
+      // Ended cleanly but without its final event: an incomplete answer, which must not look whole.
+      this.#committed?.prepared.state.failed('stream_error', this.#env.clock.now(), NO_COOLDOWN, undefined);
+      return this.broke(errors.streamCut(provider));
+    }
+    if (outcome === 'error') {
+      // The stream carried its own error event, relayed (or translated) as it came.
+      this.#req.ctx.errorCode = 'upstream_stream_error';
+      this.#env.upstreamError(provider, 'stream_error');
     }
     this.#finish();
     this.#downstream.onResponseEnd(this, {});
@@ -596,13 +671,36 @@ export class RoutedExchange implements DispatchController, AttemptOwner {
     if (this.#finished) return;
     this.#finished = true;
     this.#deadline?.cancel();
+    this.#leftTimer?.cancel();
     this.#endBudget();
     this.#env.budget.requestFinished();
-    const usage = this.#usage?.finish();
-    if (usage) this.#req.ctx.usage = usage;
     this.#req.ctx.attempts = this.#attempts;
     // Attempts that failed before a commit have ended their spans already.
-    (this.#committed ?? this.#current)?.trace?.end(usage, errorType);
+    const attempt = this.#committed ?? this.#current;
+    let usage: Usage | undefined | Promise<Usage>;
+    try {
+      usage = this.#meter?.usage(this.#req.promptTokens);
+    } catch (error) {
+      this.#env.reportBug(error, this.#req.ctx.id);
+    }
+    if (!(usage instanceof Promise)) return this.#settle(usage, attempt, errorType);
+    usage.then(
+      (estimate) => this.#settle(estimate, attempt, errorType),
+      (error: unknown) => {
+        this.#env.reportBug(error, this.#req.ctx.id);
+        this.#settle(undefined, attempt, errorType);
+      },
+    );
+  }
+
+  /** The usage is known (or given up on): the request may be settled and leave in flight. */
+  #settle(usage: Usage | undefined, attempt: Attempt | undefined, errorType: string | undefined): void {
+    if (usage) this.#req.ctx.usage = usage;
+    attempt?.trace?.end(usage, errorType);
+    this.#settled = true;
+    const done = this.#onSettled;
+    this.#onSettled = undefined;
+    done?.();
   }
 }
 

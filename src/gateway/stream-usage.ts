@@ -1,7 +1,8 @@
 // Token usage of an OpenAI stream the client did not ask it for. The gateway needs the usage of
-// every stream (limits, spend), so a chat stream to an OpenAI-type provider is sent with
-// `stream_options.include_usage: true`; when the client did not ask for it, what that adds is taken
-// out again: the last chunk (empty `choices`, the usage) and the `"usage":null` of every other one.
+// every stream (limits, spend), so a chat or completions stream to an OpenAI-type provider is sent
+// with `stream_options.include_usage: true`, whatever the client sent (no `stream_options`, `null`,
+// `{}`, `include_usage: false`); when the client did not ask for it, what that adds is taken out
+// again: the last chunk (empty `choices`, the usage) and the `"usage":null` of every other one.
 import type { Json } from '../translate/types.ts';
 import type { StreamTranslator } from '../translate/types.ts';
 
@@ -13,9 +14,11 @@ const USAGE_NULL = /,"usage":null|"usage":null,/g;
 export function withStreamUsage(json: Json): Json | undefined {
   if (json.stream !== true) return undefined;
   const options = json.stream_options;
-  if (options !== undefined && (options === null || typeof options !== 'object' || Array.isArray(options))) return undefined;
-  if ((options as Json | undefined)?.include_usage === true) return undefined;
-  return { ...json, stream_options: { ...(options as Json | undefined), include_usage: true } };
+  // `null` is "no options" (OpenAI takes it so); any other non-object is the provider's to refuse.
+  if (options !== undefined && options !== null && (typeof options !== 'object' || Array.isArray(options))) return undefined;
+  const given = options === null ? undefined : (options as Json | undefined);
+  if (given?.include_usage === true) return undefined;
+  return { ...json, stream_options: { ...given, include_usage: true } };
 }
 
 /** Removes the usage the client did not ask for, event by event; every other byte passes as it came. */

@@ -30,6 +30,7 @@ const KIND_OF_CODE: Readonly<Record<string, string>> = {
   upstream_reset: 'reset',
   upstream_timeout: 'timeout',
   upstream_first_token_timeout: 'first_token_timeout',
+  upstream_stream_cut: 'stream_cut',
 };
 
 export function kindOfCode(code: string): string {

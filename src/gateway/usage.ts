@@ -1,11 +1,13 @@
 // Token usage read from responses: the JSON `usage` object, or the SSE events that carry it
 // (OpenAI: the last chunk when `stream_options.include_usage`; Anthropic: message_start and
-// message_delta; Responses API: response.completed). Only lines that mention "usage" are parsed.
+// message_delta; Responses API: response.completed). Only lines that mention "usage" (and not as
+// null) are parsed.
 import type { Usage } from '../server/context.ts';
 
 type Json = Record<string, unknown>;
 
 const USAGE_MARK = Buffer.from('"usage"');
+const LF = 10;
 /** A JSON body larger than this is relayed without looking for usage. */
 const MAX_JSON_SCAN = 4 * 1024 * 1024;
 /** An SSE line longer than this is skipped. */
@@ -15,6 +17,12 @@ export interface UsageReader {
   push(chunk: Buffer): void;
   /** The usage seen so far, if any. */
   finish(): Usage | undefined;
+  /**
+   * The usage read is the provider's last word on it: a JSON answer's, an OpenAI stream's usage
+   * chunk, Anthropic's message_delta, the Responses API's final response. Anthropic's message_start
+   * alone is not (its output count is where the answer began).
+   */
+  readonly final: boolean;
 }
 
 export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | undefined {
@@ -52,6 +60,8 @@ function num(value: unknown): number | undefined {
 export class JsonUsageReader implements UsageReader {
   #chunks: Buffer[] = [];
   #size = 0;
+  #body: Buffer | undefined;
+  final = false;
 
   push(chunk: Buffer): void {
     if (this.#size > MAX_JSON_SCAN) return;
@@ -59,55 +69,88 @@ export class JsonUsageReader implements UsageReader {
     this.#size += chunk.length;
   }
 
+  /** The body read (up to MAX_JSON_SCAN), once `finish` has run: where an estimate finds the output. */
+  get body(): Buffer | undefined {
+    return this.#body;
+  }
+
   finish(): Usage | undefined {
     if (this.#size === 0 || this.#size > MAX_JSON_SCAN) return undefined;
     const body = this.#chunks.length === 1 ? this.#chunks[0]! : Buffer.concat(this.#chunks, this.#size);
     this.#chunks = [];
+    this.#body = body;
     if (body.indexOf(USAGE_MARK) === -1) return undefined;
     try {
       const answer = JSON.parse(body.toString('utf8')) as Json;
-      return withModel(readUsageFrom(answer.usage, undefined), answer.model);
+      const usage = withModel(readUsageFrom(answer.usage, undefined), answer.model);
+      this.final = usage !== undefined;
+      return usage;
     } catch {
       return undefined;
     }
   }
 }
 
+/**
+ * Usage in SSE events, by byte search: only a line whose `"usage"` is not `null` is parsed (with
+ * `include_usage` every OpenAI chunk carries `"usage":null`, and only the last one counts).
+ */
 export class SseUsageReader implements UsageReader {
-  #partial = '';
+  /** The unfinished last line of the last read: its "usage" may be split between two reads. */
+  #partial: Buffer | undefined = undefined;
   #usage: Usage | undefined = undefined;
+  final = false;
 
   push(chunk: Buffer): void {
-    // Fast path: a chunk with no newline and no usage mark while no line is pending.
-    if (this.#partial === '' && chunk.indexOf(USAGE_MARK) === -1) {
-      const lastNewline = chunk.lastIndexOf(10);
-      if (lastNewline === chunk.length - 1) return;
-      // Keep the unfinished last line: its "usage" may arrive in the next chunk.
-      this.#partial = chunk.toString('utf8', lastNewline + 1);
-      return;
+    let data = chunk;
+    if (this.#partial !== undefined) {
+      data = Buffer.concat([this.#partial, chunk]);
+      this.#partial = undefined;
     }
-    const text = this.#partial + chunk.toString('utf8');
-    const lines = text.split('\n');
-    this.#partial = lines.pop() ?? '';
-    if (this.#partial.length > MAX_LINE) this.#partial = '';
-    for (const line of lines) this.#line(line);
+    const lastNewline = data.lastIndexOf(LF);
+    if (lastNewline !== data.length - 1) {
+      const rest = data.length - lastNewline - 1;
+      // A longer line is not usage any provider sends: it is skipped.
+      if (rest <= MAX_LINE) this.#partial = Buffer.from(data.subarray(lastNewline + 1));
+    }
+    for (let at = data.indexOf(USAGE_MARK); at !== -1 && at < lastNewline; at = data.indexOf(USAGE_MARK, at + 1)) {
+      if (isNull(data, at + USAGE_MARK.length)) continue;
+      const end = data.indexOf(LF, at);
+      this.#line(data.toString('utf8', data.lastIndexOf(LF, at) + 1, end).trimEnd());
+      at = end;
+    }
   }
 
   #line(line: string): void {
-    if (!line.startsWith('data:') || !line.includes('"usage"')) return;
+    if (!line.startsWith('data:')) return;
     try {
       const event = JSON.parse(line.slice(5)) as Json;
       const message = event.message as Json | undefined;
       const response = event.response as Json | undefined;
-      this.#usage = withModel(readUsageFrom(event.usage ?? message?.usage ?? response?.usage, this.#usage), event.model ?? message?.model ?? response?.model);
+      const final = event.usage ?? response?.usage;
+      this.#usage = withModel(readUsageFrom(final ?? message?.usage, this.#usage), event.model ?? message?.model ?? response?.model);
+      if (final !== null && typeof final === 'object' && this.#usage !== undefined) this.final = true;
     } catch {
       // A malformed event is relayed as it is; it just carries no usage for us.
     }
   }
 
   finish(): Usage | undefined {
-    if (this.#partial) this.#line(this.#partial.trimEnd());
-    this.#partial = '';
+    const rest = this.#partial;
+    this.#partial = undefined;
+    if (rest !== undefined) {
+      const at = rest.indexOf(USAGE_MARK);
+      if (at !== -1 && !isNull(rest, at + USAGE_MARK.length)) this.#line(rest.toString('utf8').trimEnd());
+    }
     return this.#usage;
   }
+}
+
+/** `"usage"` at `i` is followed by `: null`. */
+function isNull(data: Buffer, i: number): boolean {
+  while (data[i] === 32 || data[i] === 9) i++;
+  if (data[i] !== 58 /* : */) return false;
+  i++;
+  while (data[i] === 32 || data[i] === 9) i++;
+  return data[i] === 110 /* n */ && data[i + 1] === 117 && data[i + 2] === 108 && data[i + 3] === 108;
 }

@@ -307,9 +307,14 @@ function own(map: Readonly<Record<string, RateLimits>> | undefined, model: strin
   return map !== undefined && Object.hasOwn(map, model) ? map[model] : undefined;
 }
 
+/** The prompt's tokens estimated from the request body's size: 4 bytes a token. */
+export function promptEstimate(bodyBytes: number): number {
+  return Math.ceil(bodyBytes / 4);
+}
+
 /** The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the completion's maximum. */
 export function estimateTokens(request: Pick<AdmitRequest, 'json' | 'bodyBytes' | 'generates'>, defaultOutput: number): number {
-  const prompt = Math.ceil(request.bodyBytes / 4);
+  const prompt = promptEstimate(request.bodyBytes);
   if (!request.generates) return prompt;
   const j = request.json;
   const max = j.max_completion_tokens ?? j.max_tokens ?? j.max_output_tokens;

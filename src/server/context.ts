@@ -27,6 +27,8 @@ export interface Usage {
   cacheWrite?: number;
   /** The model the provider says answered, when its answer names one (traces). */
   model?: string;
+  /** The provider never reported it whole: estimated (the output counted from its text). */
+  estimated?: boolean;
 }
 
 /**
@@ -134,6 +136,12 @@ export class RequestContext extends ExchangeContext {
   dialect: ErrorDialect = 'openai';
   /** Headers every response to this request carries (the limiter's x-ratelimit-*). */
   responseHeaders: Readonly<Record<string, string>> | undefined = undefined;
+  /**
+   * Asked once the response has closed, before the request leaves in flight: true when it stays in
+   * flight until `done` is called (its answer is read on to its usage after the client left, or
+   * its usage is still being counted).
+   */
+  settleLater: ((done: () => void) => boolean) | undefined = undefined;
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);

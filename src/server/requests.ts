@@ -126,8 +126,21 @@ export function createRequestHandler(services: RequestServices) {
     ctx.watch = watch;
     const untrack = lifecycle.trackForceEndable({ forceEnd: (reason) => forceEnd(ctx, reason), kind: () => ctx.forceEnder?.kind?.() ?? 'request', exchange: ctx });
     res.once('close', () => {
-      untrack();
-      finished(ctx);
+      let left = false;
+      const finish = (): void => {
+        if (left) return;
+        left = true;
+        untrack();
+        finished(ctx);
+      };
+      // Still tracked while it settles: a forced drain (L8) ends that too.
+      let later = false;
+      try {
+        later = ctx.settleLater?.(finish) === true;
+      } catch (error) {
+        logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'settling a request failed');
+      }
+      if (!later) finish();
     });
     // An HTTP/1.1 connection whose request line claims another version ("HTTP/2.0", "HTTP/0.9",
     // which Node's parser lets through), or an HTTP/1.1 request without Host (RFC 9112 §3.2; Node's

@@ -20,7 +20,7 @@ export interface FinishedRequest {
   protocol: string;
   errorCode: string;
   /** Tokens, and the model the provider says answered (for traces). */
-  usage: { prompt: number; completion: number; cached?: number; model?: string } | undefined;
+  usage: { prompt: number; completion: number; cached?: number; model?: string; estimated?: boolean } | undefined;
   /** Upstream attempts (retries and fallbacks included); logged when more than one. */
   attempts?: number;
   /** The client key's name ('' when no key was presented or none is configured): never the key. */
@@ -74,6 +74,7 @@ export class AccessLog {
       prompt_tokens: r.usage?.prompt,
       completion_tokens: r.usage?.completion,
       cached_tokens: r.usage?.cached || undefined,
+      usage_estimated: r.usage?.estimated || undefined,
       cost_usd: r.costMicros === undefined ? undefined : r.costMicros / 1e6,
     });
   }

@@ -463,6 +463,7 @@ class OtelRequestTrace implements RequestTrace {
         span.setAttribute(GEN_AI.inputTokens, f.usage.prompt);
         span.setAttribute(GEN_AI.outputTokens, f.usage.completion);
         if (f.usage.model) span.setAttribute(GEN_AI.responseModel, f.usage.model);
+        if (f.usage.estimated) span.setAttribute('sluice.usage_estimated', true);
       }
       if (f.keyName) span.setAttribute('sluice.key_name', f.keyName);
       if (f.downstreamRequestId) span.setAttribute('sluice.downstream_request_id', f.downstreamRequestId);
@@ -523,6 +524,7 @@ class OtelAttemptTrace implements AttemptTrace {
       span.setAttribute(GEN_AI.inputTokens, usage.prompt);
       span.setAttribute(GEN_AI.outputTokens, usage.completion);
       if (usage.model) span.setAttribute(GEN_AI.responseModel, usage.model);
+      if (usage.estimated) span.setAttribute('sluice.usage_estimated', true);
     }
     if (errorType) {
       span.setAttribute(ATTR_ERROR_TYPE, errorType);

@@ -3,7 +3,7 @@
 // as a chat completion. A parameter Anthropic cannot honour is refused with a 400 naming it when
 // ignoring it would change what the client gets, and dropped (and named) when it is only a hint.
 import { StringDecoder } from 'node:string_decoder';
-import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
+import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
 import { count, given, isObject, nowSeconds } from './json.ts';
@@ -355,8 +355,7 @@ class ChatStream implements StreamTranslator {
   #output = 0;
   /** After an upstream `error` event the caller's stream is over: nothing more, not even [DONE]. */
   #failed = false;
-  /** message_start was seen: from then on only message_stop completes the answer. */
-  #started = false;
+  /** message_stop was seen: the answer is complete. */
   #stopped = false;
 
   constructor(includeUsage: boolean) {
@@ -373,15 +372,14 @@ class ChatStream implements StreamTranslator {
     const tail = this.#decoder.end();
     let rest = tail === '' ? '' : this.#translate(this.#parser.push(tail));
     if (!this.#failed) rest += this.#translate(this.#parser.finish());
-    if (this.#failed) return rest;
-    // An answer that began and ended before message_stop was cut (a tool call's arguments may be
-    // half their JSON): said outright, never a [DONE] that would make the half answer look whole.
-    if (this.#started && !this.#stopped) {
-      this.#failed = true;
-      const error = { message: 'the provider ended the stream before the response was complete', type: 'server_error', code: 'server_error', param: null };
-      return rest + formatSse(JSON.stringify({ error }));
-    }
+    // An answer that ended before message_stop was cut (a tool call's arguments may be half their
+    // JSON): never a [DONE] that would make the half answer look whole; the caller says so.
+    if (this.#failed || !this.#stopped) return rest;
     return rest + formatSse('[DONE]');
+  }
+
+  outcome(): StreamOutcome {
+    return this.#failed ? 'error' : this.#stopped ? 'complete' : 'cut';
   }
 
   #translate(events: ReturnType<SseParser['push']>): string {
@@ -416,7 +414,6 @@ class ChatStream implements StreamTranslator {
   #event(type: string | undefined, data: Json): string {
     switch (type) {
       case 'message_start': {
-        this.#started = true;
         const message = isObject(data.message) ? data.message : {};
         if (typeof message.id === 'string') this.#id = message.id;
         if (typeof message.model === 'string') this.#model = message.model;

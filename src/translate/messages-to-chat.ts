@@ -4,7 +4,7 @@
 // when ignoring it would change what the client gets, and dropped (and named) when it is only a hint.
 import { randomUUID } from 'node:crypto';
 import { StringDecoder } from 'node:string_decoder';
-import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
+import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toAnthropicError } from './errors.ts';
 import { count, given, isObject } from './json.ts';
@@ -365,6 +365,10 @@ class ChatStreamToMessages implements StreamTranslator {
   #started = false;
   /** message_stop or an error was sent: nothing follows either. */
   #closed = false;
+  /** How the upstream stream ended, once it has: [DONE] came (complete), an error (error). */
+  #outcome: StreamOutcome = 'cut';
+  /** message_delta (the stop reason and the usage) was sent. */
+  #delta = false;
   #nextIndex = 0;
   /** The block open now: its index, and the chat tool index when it is a tool call. */
   #open: { index: number; tool: number | undefined } | undefined = undefined;
@@ -385,8 +389,12 @@ class ChatStreamToMessages implements StreamTranslator {
     if (this.#closed) return '';
     let out = this.#events(this.#parser.push(this.#decoder.end()));
     out += this.#events(this.#parser.finish());
-    // The provider may end without `data: [DONE]`; what was said is closed the same way.
-    return out + this.#close();
+    // Without `data: [DONE]` the stream was cut: no message_stop, the caller ends it with an error.
+    return out;
+  }
+
+  outcome(): StreamOutcome {
+    return this.#outcome;
   }
 
   #events(events: SseEvent[]): string {
@@ -409,6 +417,7 @@ class ChatStreamToMessages implements StreamTranslator {
     }
     if (event.event === 'error' || (isObject(json) && given(json.error))) {
       this.#closed = true;
+      this.#outcome = 'error';
       return this.#send('error', toAnthropicError(500, isObject(json) ? json : { error: data }));
     }
     // Anything else that is not a chunk (a keep-alive, say) says nothing to the client.
@@ -439,9 +448,9 @@ class ChatStreamToMessages implements StreamTranslator {
         out += this.#stopBlock();
       }
     }
-    // The counts come in their own chunk after the finish reason (or with it): the message ends
-    // as soon as both are known, without waiting for [DONE].
-    if (this.#finished && this.#usage !== undefined) out += this.#close();
+    // The counts come in their own chunk after the finish reason (or with it): message_delta goes
+    // out as soon as both are known; message_stop waits for [DONE], the end of the upstream's answer.
+    if (this.#finished && this.#usage !== undefined) out += this.#messageDelta();
     return out;
   }
 
@@ -516,21 +525,33 @@ class ChatStreamToMessages implements StreamTranslator {
     return this.#send('content_block_stop', { type: 'content_block_stop', index });
   }
 
+  /** [DONE]: the upstream's answer is over. */
   #close(): string {
     if (this.#closed) return '';
     this.#closed = true;
     if (!this.#started) {
       // No chunk at all: there is no message to end, and an empty one would look like an answer.
+      this.#outcome = 'error';
       return this.#send('error', toAnthropicError(502, { error: { message: 'the provider ended its stream without an answer' } }));
     }
-    let out = this.#stopBlock();
+    this.#outcome = 'complete';
+    return this.#messageDelta() + this.#send('message_stop', { type: 'message_stop' });
+  }
+
+  /** The last block closed, then the stop reason and the usage (once). */
+  #messageDelta(): string {
+    if (this.#delta) return '';
+    this.#delta = true;
+    const out = this.#stopBlock();
     const usage = this.#usage === undefined ? { output_tokens: 0 } : anthropicUsage(this.#usage);
-    out += this.#send('message_delta', {
-      type: 'message_delta',
-      delta: { stop_reason: stopReason(this.#finish, this.#tools.size > 0), stop_sequence: null, stop_details: null },
-      usage,
-    });
-    return out + this.#send('message_stop', { type: 'message_stop' });
+    return (
+      out +
+      this.#send('message_delta', {
+        type: 'message_delta',
+        delta: { stop_reason: stopReason(this.#finish, this.#tools.size > 0), stop_sequence: null, stop_details: null },
+        usage,
+      })
+    );
   }
 
   #send(event: string, data: Json): string {

@@ -5,7 +5,7 @@
 // stored prompts, item references) is refused with a 400 naming the parameter, as is whatever would
 // change the answer if ignored. Hints without an equivalent are dropped and named.
 import { randomUUID } from 'node:crypto';
-import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
+import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { toOpenAIError } from './errors.ts';
 import { count, given, isObject, nowSeconds } from './json.ts';
@@ -446,6 +446,8 @@ class ResponsesStream implements StreamTranslator {
   #items = 0;
   /** Set once the response is over (completed, incomplete, or an error): nothing more is sent. */
   #over = false;
+  /** How the upstream stream ended: message_stop came (complete), or an error event (error). */
+  #outcome: StreamOutcome = 'cut';
 
   push(chunk: Buffer): string {
     if (this.#over) return '';
@@ -454,12 +456,18 @@ class ResponsesStream implements StreamTranslator {
 
   end(): string {
     if (this.#over) return '';
-    let rest = this.#translate(this.#parser.finish());
-    // A stream that ends before message_stop would leave the client waiting for a final event
-    // that never comes (the SDK would take the half answer as the final one): said outright.
-    if (!this.#over) rest += this.#error('server_error', 'the provider ended the stream before the response was complete');
+    // A stream that ends before message_stop gets no response.completed: the caller ends it with
+    // an error event (the SDK would take a half answer closed any other way for the final one).
     // The Responses API sends no [DONE]: response.completed (or error) is the last event.
-    return rest;
+    return this.#translate(this.#parser.finish());
+  }
+
+  outcome(): StreamOutcome {
+    return this.#outcome;
+  }
+
+  nextSequence(): number {
+    return this.#sequence;
   }
 
   #translate(events: SseEvent[]): string {
@@ -484,6 +492,7 @@ class ResponsesStream implements StreamTranslator {
 
   #error(code: unknown, message: unknown): string {
     this.#over = true;
+    this.#outcome = 'error';
     return this.#emit('error', { code: typeof code === 'string' ? code : null, message: typeof message === 'string' ? message : 'provider error', param: null });
   }
 
@@ -558,6 +567,7 @@ class ResponsesStream implements StreamTranslator {
         const state = { ...this.#state!, stopReason: this.#stopReason, tokens: this.#tokens };
         const response = responseObject(state);
         this.#over = true;
+        this.#outcome = 'complete';
         return out + this.#emit(response.status === 'completed' ? 'response.completed' : 'response.incomplete', { response });
       }
       case 'error': {

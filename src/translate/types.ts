@@ -20,12 +20,26 @@ export interface TranslatedRequest {
   readonly dropped: readonly string[];
 }
 
+/**
+ * How an upstream stream ended: with its API's final event (`[DONE]`, `message_stop`,
+ * `response.completed`), with an error event of its own, or with neither (cut).
+ */
+export type StreamOutcome = 'complete' | 'error' | 'cut';
+
 /** Upstream SSE bytes in, the caller's SSE text out. */
 export interface StreamTranslator {
   /** Any chunk boundaries (an event may be split across chunks). Returns '' when nothing is complete yet. */
   push(chunk: Buffer): string;
-  /** The upstream stream ended cleanly: whatever closes the caller's stream (e.g. `data: [DONE]`). */
+  /**
+   * The upstream stream ended: the events still held, and what closes the caller's stream (e.g.
+   * `data: [DONE]`) only if the upstream's own final event came. A cut stream gets no ending
+   * here: `outcome()` says so, and the caller ends it with its error event.
+   */
   end(): string;
+  /** After `end()`: how the upstream stream ended. Absent: the caller watches the upstream bytes itself. */
+  outcome?(): StreamOutcome;
+  /** The `sequence_number` the next event of the caller's stream takes (a Responses stream). */
+  nextSequence?(): number;
 }
 
 export interface Translator {

@@ -195,14 +195,14 @@ test('L6: after the listeners close, a fresh silent connection is closed at idle
   }
 });
 
-test('L10: a client abort mid-stream and an upstream reset mid-stream both return in-flight to 0', async () => {
+test('L10: a client abort mid-stream (its answer read on to its usage) and an upstream reset mid-stream both return in-flight to 0', async () => {
   const gw = await startGateway({ config: config({ min_drain_secs: 0 }) });
   try {
     const controller = new AbortController();
     const res = await fetch(`${gw.proxyUrl}/v1/chat/completions`, {
       method: 'POST',
       signal: controller.signal,
-      headers: { 'content-type': 'application/json', ...mockHeader({ chunks: 100, sseIntervalMs: 100 }) },
+      headers: { 'content-type': 'application/json', ...mockHeader({ chunks: 10, sseIntervalMs: 100 }) },
       body: JSON.stringify(chat({ stream: true })),
     });
     const reader = res.body!.getReader();
@@ -210,8 +210,9 @@ test('L10: a client abort mid-stream and an upstream reset mid-stream both retur
     const inFlight = async () => metricValue(await scrape(gw), 'sluice_in_flight_requests', { endpoint: 'chat_completions' });
     assert.equal(await inFlight(), 1);
     controller.abort();
-    await eventually(async () => (await inFlight()) === 0, 3000, 'in-flight back to 0 after client abort');
-    await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('"chunks":100') && x.aborted));
+    // In flight until the rest of the answer (about a second) has been read for its usage, then out.
+    await mock.waitFor((r) => r.some((x) => x.headers['x-mock']?.includes('"chunks":10,') && x.completed), 10_000);
+    await eventually(async () => (await inFlight()) === 0, 5000, 'in-flight back to 0 after client abort');
 
     const reset = await fetch(`${gw.proxyUrl}/v1/chat/completions`, {
       method: 'POST',

@@ -376,13 +376,13 @@ describe('clients that leave', () => {
     assert.equal(line.error, 'client_gone');
   });
 
-  test('a client that aborts mid-stream cancels the upstream request', async () => {
+  test('a client that aborts mid-stream: the upstream answer is read on to its usage, then the request leaves in-flight', async () => {
     const marker = randomUUID();
     const controller = new AbortController();
     const rid = `errors-${randomUUID()}`;
     const res = await fetch(`${gw.proxyUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${CLIENT_KEY}`, 'x-request-id': rid, ...mockHeader({ chunks: 5, sseIntervalMs: 30_000 }) },
+      headers: { 'content-type': 'application/json', authorization: `Bearer ${CLIENT_KEY}`, 'x-request-id': rid, ...mockHeader({ chunks: 5, sseIntervalMs: 300 }) },
       body: JSON.stringify(chat({ marker, stream: true })),
       signal: controller.signal,
     });
@@ -394,11 +394,15 @@ describe('clients that leave', () => {
     assert.equal(byMarker(marker)(mock.received)!.aborted, false);
     controller.abort();
     await assert.rejects(reader.read());
-    await mock.waitFor((r) => byMarker(marker)(r)!.aborted === true);
-    await eventually(async () => inFlight(await scrape(gw)) === 0, 5000, 'in-flight back to 0');
+    // Not cancelled: read to its end (limits.read_after_disconnect_secs bounds it), for its usage.
+    await mock.waitFor((r) => byMarker(marker)(r)!.completed === true, 10_000);
+    assert.equal(byMarker(marker)(mock.received)!.aborted, false);
+    await eventually(async () => inFlight(await scrape(gw)) === 0, 10_000, 'in-flight back to 0');
     const line = await accessLine(rid);
     assert.equal(line.status, 200);
     assert.equal(line.error, 'client_gone');
+    assert.equal(line.prompt_tokens, 11, 'the usage the mock reported');
+    assert.equal(line.completion_tokens, 7);
   });
 });
 

@@ -282,7 +282,7 @@ describe('malformed upstream answers are relayed as they are', () => {
     });
   }
 
-  test('a malformed SSE stream (broken JSON, odd fields, CRLF, no [DONE]) is relayed byte for byte', async () => {
+  test('a malformed SSE stream (broken JSON, odd fields, CRLF) is relayed byte for byte; without [DONE] it was cut, and ends with an error event of its own', async () => {
     const { rid, headers } = tags();
     const stream =
       'data: {broken json\n\n' +
@@ -297,11 +297,19 @@ describe('malformed upstream answers are relayed as they are', () => {
     const answer = await post(roomy, '/v1/chat/completions', chat({ stream: true }), { ...headers, ...mockHeader({ rawBody: stream, contentType: 'text/event-stream' }) });
     assert.equal(answer.status, 200);
     assert.equal(answer.complete, true);
-    assert.equal(answer.body.toString('utf8'), stream);
+    const text = answer.body.toString('utf8');
+    assert.equal(text.slice(0, stream.length), stream);
+    // The unfinished last event is closed, then the error event follows as an event of its own.
+    assert.equal(text.slice(stream.length, stream.length + 2), '\n\n');
+    const last = sseBlocks(text).at(-1)!;
+    assert.match(last, /^event: error\ndata: /);
+    assert.equal(assertOpenAiError(last.slice(last.indexOf('data: ') + 6), 'cut').code, 'upstream_stream_cut');
     const line = await accessLine(roomy, rid);
     assert.equal(line.status, 200);
-    assert.equal(line.error, undefined);
-    assert.equal(line.prompt_tokens, undefined);
+    assert.equal(line.error, 'upstream_stream_cut');
+    // No usage came: the prompt is estimated (the output had no text), and marked so.
+    assert.equal(line.usage_estimated, true);
+    assert.equal(line.completion_tokens, 0);
   });
 
   test('scripted SSE events that are not JSON, and usage that is null or a string, are relayed', async () => {

@@ -1135,7 +1135,8 @@ describe('6. errors', () => {
       })(),
       (error: unknown) => {
         assert.ok(error instanceof OpenAI.APIError, `got ${String(error)}`);
-        assert.equal(error.message, 'the provider ended the stream before the response was complete');
+        assert.equal(error.message, 'provider "anthropic" ended the stream before the response was complete');
+        assert.equal(error.code, 'upstream_stream_cut');
         return true;
       },
     );
@@ -1145,7 +1146,8 @@ describe('6. errors', () => {
     for await (const event of await client.responses.create({ model: 'claude-test', input: 'hi', stream: true }, scripted(cut))) events.push(event);
     const last = events.at(-1)!;
     assert.equal(last.type, 'error');
-    assert.equal(last.type === 'error' && last.message, 'the provider ended the stream before the response was complete');
+    assert.equal(last.type === 'error' && last.message, 'provider "anthropic" ended the stream before the response was complete');
+    assert.equal(last.type === 'error' && last.code, 'upstream_stream_cut');
 
     for (const api of ['chat', 'responses'] as const) {
       const openai = aiOpenAI(mockHeader(cut));

@@ -2,8 +2,8 @@
 // completions, embeddings, responses, models) and like Anthropic (messages, count_tokens, and models
 // in Anthropic's shape when the request carries `anthropic-version`), streaming included, and
 // a request header `x-mock` carrying JSON scripts a different answer: a status and body, a delay
-// before the headers, a scripted SSE stream, a mid-stream reset, a dropped connection, a request
-// that is never answered. Every request is recorded (headers, raw body, parsed JSON) together with
+// before the headers, a scripted SSE stream, a mid-stream reset, a stream ended cleanly before its
+// final event, a dropped connection, a request that is never answered. Every request is recorded (headers, raw body, parsed JSON) together with
 // whether the client went away before the answer was finished, which is how tests check that an
 // aborted client request cancels the upstream one.
 //
@@ -89,10 +89,14 @@ export interface MockScenario {
   sseDone?: boolean;
   /** Number of content chunks of the default streaming answers (default 5). */
   chunks?: number;
+  /** The token counts the default answers report (in each API's own fields), instead of the fixed ones. */
+  usage?: { prompt: number; completion: number };
   /** Destroy the socket right after writing this many SSE events ([DONE] counts). */
   disconnectAfterEvents?: number;
   /** Write this many SSE events, then go silent (the connection stays open until the client ends it). */
   stallAfterEvents?: number;
+  /** Write this many SSE events, then end the response cleanly: a stream cut short without its final event. */
+  endAfterEvents?: number;
   /** Destroy the socket without answering. */
   destroyBeforeHeaders?: boolean;
   /** Never answer; the request stays open until the client (or close()) ends it. */
@@ -143,6 +147,8 @@ interface ReplyOptions {
   intervalMs: number;
   disconnectAfter: number | undefined;
   stallAfter?: number | undefined;
+  endAfter?: number | undefined;
+  usage?: { prompt: number; completion: number } | undefined;
 }
 
 const DEFAULT_REPLY: ReplyOptions = {
@@ -401,6 +407,8 @@ async function dispatch(ex: Exchange, json: unknown): Promise<void> {
     intervalMs: typeof sc.sseIntervalMs === 'number' && sc.sseIntervalMs > 0 ? sc.sseIntervalMs : 0,
     disconnectAfter: typeof sc.disconnectAfterEvents === 'number' ? Math.max(0, Math.floor(sc.disconnectAfterEvents)) : undefined,
     stallAfter: typeof sc.stallAfterEvents === 'number' ? Math.max(0, Math.floor(sc.stallAfterEvents)) : undefined,
+    endAfter: typeof sc.endAfterEvents === 'number' ? Math.max(0, Math.floor(sc.endAfterEvents)) : undefined,
+    usage: isObject(sc.usage) && typeof sc.usage.prompt === 'number' && typeof sc.usage.completion === 'number' ? sc.usage : undefined,
   };
 
   if (sc.neverRespond === true) return; // held open until the client or close() ends it
@@ -476,7 +484,8 @@ function sendBody(
   ex.res.end(body);
 }
 
-async function streamEvents(ex: Exchange, events: string[], reply: ReplyOptions, contentType = SSE_TYPE): Promise<void> {
+async function streamEvents(ex: Exchange, all: string[], reply: ReplyOptions, contentType = SSE_TYPE): Promise<void> {
+  let events = all;
   if (ex.closed) return;
   const { res } = ex;
   const headers: OutgoingHttpHeaders = { 'content-type': contentType, 'cache-control': 'no-cache' };
@@ -484,6 +493,7 @@ async function streamEvents(ex: Exchange, events: string[], reply: ReplyOptions,
   res.writeHead(reply.status, headers);
 
   const disconnectAfter = reply.disconnectAfter;
+  if (reply.endAfter !== undefined) events = events.slice(0, reply.endAfter);
   if (reply.stallAfter !== undefined) {
     res.write(events.slice(0, reply.stallAfter).join(''));
     await sleep(ex, 2 ** 30);
@@ -586,13 +596,21 @@ function includeUsage(body: Json): boolean {
   return isObject(body.stream_options) && body.stream_options.include_usage === true;
 }
 
+/** The usage an OpenAI-shaped answer reports: the fixed one, or the scenario's. */
+function chatUsage(reply: ReplyOptions): Json {
+  const u = reply.usage;
+  return u === undefined ? CHAT_USAGE : { prompt_tokens: u.prompt, completion_tokens: u.completion, total_tokens: u.prompt + u.completion };
+}
+
 async function chatCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Promise<void> {
   const model = modelOf(body);
   const text = 'mock reply to: ' + lastUserText(body.messages);
   const id = 'chatcmpl-mock-' + nextSeq();
+  const reported = chatUsage(reply);
+  const usageKey = JSON.stringify(reported);
 
   if (body.stream !== true) {
-    const [tail] = cachedTails(`chat\0${model}\0${text}`, (created) => [
+    const [tail] = cachedTails(`chat\0${model}\0${text}\0${usageKey}`, (created) => [
       tailOf({
         object: 'chat.completion',
         created,
@@ -600,7 +618,7 @@ async function chatCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
         choices: [
           { index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: 'stop' },
         ],
-        usage: CHAT_USAGE,
+        usage: reported,
       }),
     ]);
     sendBody(ex, reply.status, JSON_TYPE, withId(id, tail!), reply.headers);
@@ -608,7 +626,7 @@ async function chatCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
   }
 
   const usage = includeUsage(body);
-  const tails = cachedTails(`chat-sse\0${model}\0${text}\0${reply.chunks}\0${usage}`, (created) => {
+  const tails = cachedTails(`chat-sse\0${model}\0${text}\0${reply.chunks}\0${usage}\0${usageKey}`, (created) => {
     const chunk = (choices: unknown[], extra?: Json): string =>
       tailOf({
         object: 'chat.completion.chunk',
@@ -629,7 +647,7 @@ async function chatCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
       ]),
     );
     out.push(chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]));
-    if (usage) out.push(chunk([], { usage: CHAT_USAGE }));
+    if (usage) out.push(chunk([], { usage: reported }));
     return out;
   });
   const prefix = 'data: {"id":"' + id + '",';
@@ -643,15 +661,17 @@ async function textCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
   const prompt = Array.isArray(body.prompt) ? body.prompt[0] : body.prompt;
   const text = 'mock reply to: ' + (typeof prompt === 'string' ? prompt : '');
   const id = 'cmpl-mock-' + nextSeq();
+  const reported = chatUsage(reply);
+  const usageKey = JSON.stringify(reported);
 
   if (body.stream !== true) {
-    const [tail] = cachedTails(`cmpl\0${model}\0${text}`, (created) => [
+    const [tail] = cachedTails(`cmpl\0${model}\0${text}\0${usageKey}`, (created) => [
       tailOf({
         object: 'text_completion',
         created,
         model,
         choices: [{ text, index: 0, logprobs: null, finish_reason: 'stop' }],
-        usage: CHAT_USAGE,
+        usage: reported,
       }),
     ]);
     sendBody(ex, reply.status, JSON_TYPE, withId(id, tail!), reply.headers);
@@ -659,7 +679,7 @@ async function textCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
   }
 
   const usage = includeUsage(body);
-  const tails = cachedTails(`cmpl-sse\0${model}\0${text}\0${reply.chunks}\0${usage}`, (created) => {
+  const tails = cachedTails(`cmpl-sse\0${model}\0${text}\0${reply.chunks}\0${usage}\0${usageKey}`, (created) => {
     const chunk = (choices: unknown[], extra?: Json): string =>
       tailOf({ object: 'text_completion', created, model, choices, ...(usage ? { usage: null } : {}), ...extra }) +
       '\n\n';
@@ -667,7 +687,7 @@ async function textCompletion(ex: Exchange, body: Json, reply: ReplyOptions): Pr
       chunk([{ text: piece, index: 0, logprobs: null, finish_reason: null }]),
     );
     out.push(chunk([{ text: '', index: 0, logprobs: null, finish_reason: 'stop' }]));
-    if (usage) out.push(chunk([], { usage: CHAT_USAGE }));
+    if (usage) out.push(chunk([], { usage: reported }));
     return out;
   });
   const prefix = 'data: {"id":"' + id + '",';
@@ -717,7 +737,7 @@ function embed(text: string): Float32Array {
 async function responses(ex: Exchange, body: Json, reply: ReplyOptions): Promise<void> {
   const model = modelOf(body);
   const text = 'mock';
-  const usage = { input_tokens: 5, output_tokens: 3, total_tokens: 8 };
+  const usage = reply.usage === undefined ? { input_tokens: 5, output_tokens: 3, total_tokens: 8 } : { input_tokens: reply.usage.prompt, output_tokens: reply.usage.completion, total_tokens: reply.usage.prompt + reply.usage.completion };
   const response = (createdAt: number, done: boolean): Json => ({
     id: 'resp_mock',
     object: 'response',
@@ -729,7 +749,7 @@ async function responses(ex: Exchange, body: Json, reply: ReplyOptions): Promise
   });
 
   if (body.stream !== true) {
-    const [full] = cachedTails(`resp\0${model}`, (created) => [JSON.stringify(response(created, true))]);
+    const [full] = cachedTails(`resp\0${model}\0${JSON.stringify(usage)}`, (created) => [JSON.stringify(response(created, true))]);
     sendBody(ex, reply.status, JSON_TYPE, full!, reply.headers);
     return;
   }
@@ -768,9 +788,11 @@ async function anthropicMessage(ex: Exchange, body: Json, reply: ReplyOptions): 
   const model = modelOf(body);
   const text = 'mock reply';
   const id = 'msg_mock_' + nextSeq();
+  const input = reply.usage?.prompt ?? 10;
+  const output = reply.usage?.completion ?? 6;
 
   if (body.stream !== true) {
-    const [tail] = cachedTails(`msg\0${model}`, () => [
+    const [tail] = cachedTails(`msg\0${model}\0${input}\0${output}`, () => [
       tailOf({
         type: 'message',
         role: 'assistant',
@@ -778,7 +800,7 @@ async function anthropicMessage(ex: Exchange, body: Json, reply: ReplyOptions): 
         content: [{ type: 'text', text }],
         stop_reason: 'end_turn',
         stop_sequence: null,
-        usage: { input_tokens: 10, output_tokens: 6 },
+        usage: { input_tokens: input, output_tokens: output },
       }),
     ]);
     sendBody(ex, reply.status, JSON_TYPE, withId(id, tail!), reply.headers);
@@ -796,7 +818,7 @@ async function anthropicMessage(ex: Exchange, body: Json, reply: ReplyOptions): 
         content: [],
         stop_reason: null,
         stop_sequence: null,
-        usage: { input_tokens: 10, output_tokens: 1 },
+        usage: { input_tokens: input, output_tokens: 1 },
       },
     }),
     ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }),
@@ -805,14 +827,14 @@ async function anthropicMessage(ex: Exchange, body: Json, reply: ReplyOptions): 
       ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: piece } }),
     ),
     ev('content_block_stop', { index: 0 }),
-    ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: 6 } }),
+    ev('message_delta', { delta: { stop_reason: 'end_turn', stop_sequence: null }, usage: { output_tokens: output } }),
     ev('message_stop', {}),
   ];
   await streamEvents(ex, events, reply);
 }
 
 /** `n` pieces whose concatenation is `text`; when `n` exceeds its length the extra pieces are empty. */
-function splitText(text: string, n: number): string[] {
+export function splitText(text: string, n: number): string[] {
   const out: string[] = [];
   for (let i = 0; i < n; i++) {
     out.push(text.slice(Math.floor((i * text.length) / n), Math.floor(((i + 1) * text.length) / n)));

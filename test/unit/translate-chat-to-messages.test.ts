@@ -9,6 +9,8 @@ import type Anthropic from '@anthropic-ai/sdk';
 import { chatStreamTranslator, chatToMessages } from '../../src/translate/chat-to-messages.ts';
 import { TranslationError, type Json, type StreamTranslator } from '../../src/translate/types.ts';
 import { toOpenAIError } from '../../src/translate/errors.ts';
+import { streamErrorEvent } from '../../src/gateway/stream-errors.ts';
+import { errors } from '../../src/api/errors.ts';
 
 type ChatParams = OpenAI.ChatCompletionCreateParams;
 
@@ -699,22 +701,32 @@ test('stream: an error event split byte by byte, and one left unterminated at th
   assert.deepEqual(open.at(-1), { error: { message: 'Busy', type: 'server_error', code: 'overloaded_error', param: null } });
 });
 
-test('stream: a stream that ends without events still ends with [DONE]', () => {
-  assert.equal(chatToMessages.stream().end(), 'data: [DONE]\n\n');
+test('stream: a stream that ends without events was cut: no [DONE]', () => {
+  const translator = chatToMessages.stream();
+  assert.equal(translator.end(), '');
+  assert.equal(translator.outcome?.(), 'cut');
 });
 
-test('stream: an answer cut before message_stop ends with an error event, never [DONE]', async () => {
+test('stream: an answer cut before message_stop gets no [DONE]; it is cut, and the gateway\'s error event ends it', async () => {
   const cut = UPSTREAM.slice(0, UPSTREAM.indexOf(sse('content_block_stop', { index: 2 })));
   for (const pieces of [[Buffer.from(cut.join(''))], bytes(cut.join(''))]) {
-    const out = chunks(run(chatStreamTranslator(true), pieces));
+    const translator = chatStreamTranslator(true);
+    const out = chunks(run(translator, pieces));
     assert.ok(!out.includes('[DONE]'));
-    assert.deepEqual(out.at(-1), { error: { message: 'the provider ended the stream before the response was complete', type: 'server_error', code: 'server_error', param: null } });
+    assert.equal(translator.outcome?.(), 'cut');
   }
   // Cut right after message_delta: the finish reason came, message_stop (and the usage chunk) did not.
-  const late = chunks(run(chatStreamTranslator(true), [Buffer.from(UPSTREAM.slice(0, -1).join(''))]));
-  assert.equal((late.at(-1) as { error: Json }).error.code, 'server_error');
-  // The openai SDK raises it rather than returning the half answer.
-  const text = run(chatToMessages.stream(), [Buffer.from(cut.join(''))]);
+  const late = chatStreamTranslator(true);
+  const lateOut = chunks(run(late, [Buffer.from(UPSTREAM.slice(0, -1).join(''))]));
+  assert.ok(!lateOut.includes('[DONE]'));
+  assert.ok(!lateOut.some((chunk) => (chunk as { usage?: unknown }).usage), 'no usage chunk: it comes with message_stop');
+  assert.equal(late.outcome?.(), 'cut');
+  // The whole answer is complete.
+  const whole = chatStreamTranslator(true);
+  run(whole, [Buffer.from(UPSTREAM.join(''))]);
+  assert.equal(whole.outcome?.(), 'complete');
+  // The openai SDK raises the error event the gateway ends a cut stream with, rather than returning the half answer.
+  const text = run(chatToMessages.stream(), [Buffer.from(cut.join(''))]) + streamErrorEvent(errors.streamCut('anthropic'), 'chat', 0);
   const client = clientAnswering(() => new Response(text, { headers: { 'content-type': 'text/event-stream' } }));
   const stream = await client.chat.completions.create({ model: 'gpt-4o', messages: hello, stream: true });
   await assert.rejects(

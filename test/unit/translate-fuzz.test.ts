@@ -15,7 +15,7 @@ import { chatStreamTranslator, chatToMessages } from '../../src/translate/chat-t
 import { messagesToChat } from '../../src/translate/messages-to-chat.ts';
 import { responsesToMessages } from '../../src/translate/responses-to-messages.ts';
 import { SseParser, type SseEvent } from '../../src/translate/sse.ts';
-import { TranslationError, type Json, type StreamTranslator, type Translator } from '../../src/translate/types.ts';
+import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type Translator } from '../../src/translate/types.ts';
 
 /** Fixed, so a failure reproduces; SLUICE_FUZZ_SEED=<n> explores other inputs. */
 const SEED = Number(process.env.SLUICE_FUZZ_SEED ?? 0x51c3);
@@ -515,13 +515,20 @@ function sseEvents(text: string): SseEvent[] {
   return [...parser.push(text), ...parser.finish()];
 }
 
-/** What a client can rely on in each translator's output stream. */
-const OUTPUT_CHECKS: Record<string, (events: SseEvent[], text: string) => void> = {
-  // OpenAI chat chunks: `data: {json}` events, and [DONE] only last (absent after an error).
-  chatToMessages(events) {
+/**
+ * What a client can rely on in each translator's output stream. A stream whose upstream was cut
+ * (`outcome` 'cut') gets no ending from the translator (the gateway ends it with its error event):
+ * then its output must hold no final event at all.
+ */
+const OUTPUT_CHECKS: Record<string, (events: SseEvent[], outcome: StreamOutcome | undefined) => void> = {
+  // OpenAI chat chunks: `data: {json}` events, and [DONE] only last (absent after an error, and when cut).
+  chatToMessages(events, outcome) {
+    assert.notEqual(outcome, undefined, 'the translator says how the upstream ended');
+    if (outcome === 'complete') assert.equal(events.at(-1)?.data, '[DONE]', 'a complete answer ends with [DONE]');
     events.forEach((event, i) => {
       assert.equal(event.event, undefined, 'chat chunks carry no event name');
       if (event.data === '[DONE]') {
+        assert.equal(outcome, 'complete', '[DONE] only when message_stop came');
         assert.equal(i, events.length - 1, '[DONE] is the last event');
         return;
       }
@@ -535,32 +542,35 @@ const OUTPUT_CHECKS: Record<string, (events: SseEvent[], text: string) => void> 
       for (const choice of json.choices as Json[]) assert.ok(choice.finish_reason === null || typeof choice.finish_reason === 'string', `finish_reason ${show(choice.finish_reason)}`);
     });
   },
-  // Anthropic events: each named as its data's type; message_stop or error last, exactly one of them.
-  messagesToChat(events) {
-    assert.ok(events.length > 0, 'end() always says how the message ended');
+  // Anthropic events: each named as its data's type; message_stop or error last, exactly one of them (none when cut).
+  messagesToChat(events, outcome) {
+    assert.notEqual(outcome, undefined, 'the translator says how the upstream ended');
     events.forEach((event, i) => {
       const json = JSON.parse(event.data) as Json;
       assert.equal(event.event, json.type);
       if (json.type === 'message_stop' || json.type === 'error') assert.equal(i, events.length - 1, `${json.type} is the last event`);
       if (json.type === 'message_delta') assert.equal(typeof (json.delta as Json).stop_reason, 'string', `message_delta without a stop_reason: ${event.data}`);
     });
-    assert.ok(['message_stop', 'error'].includes(events.at(-1)!.event!), `the last event is ${events.at(-1)!.event}`);
-    if (events[0]!.event !== 'error') assert.equal(events[0]!.event, 'message_start');
+    if (outcome === 'cut') assert.ok(!events.some((e) => e.event === 'message_stop' || e.event === 'error'), 'a cut stream gets no ending from the translator');
+    else assert.equal(events.at(-1)?.event, outcome === 'complete' ? 'message_stop' : 'error', `the last event is ${events.at(-1)?.event}`);
+    if (events.length > 0 && events[0]!.event !== 'error') assert.equal(events[0]!.event, 'message_start');
   },
-  // Responses events: named as their type, sequence numbers 0, 1, 2…, one terminal event, last.
-  responsesToMessages(events) {
-    assert.ok(events.length > 0, 'end() always says how the response ended');
+  // Responses events: named as their type, sequence numbers 0, 1, 2…, one terminal event, last (none when cut).
+  responsesToMessages(events, outcome) {
+    assert.notEqual(outcome, undefined, 'the translator says how the upstream ended');
     events.forEach((event, i) => {
       const json = JSON.parse(event.data) as Json;
       assert.equal(event.event, json.type);
       assert.equal(json.sequence_number, i);
       if (['response.completed', 'response.incomplete', 'error'].includes(json.type as string)) assert.equal(i, events.length - 1, `${json.type} is the last event`);
     });
-    assert.ok(['response.completed', 'response.incomplete', 'error'].includes(events.at(-1)!.event!), `the last event is ${events.at(-1)!.event}`);
+    const last = events.at(-1)?.event;
+    if (outcome === 'cut') assert.ok(!['response.completed', 'response.incomplete', 'error'].includes(last!), 'a cut stream gets no ending from the translator');
+    else assert.ok(['response.completed', 'response.incomplete', 'error'].includes(last!), `the last event is ${last}`);
   },
 };
 
-function outputContract(name: string, text: string): void {
+function outputContract(name: string, text: string, outcome: StreamOutcome | undefined): void {
   const events = sseEvents(text);
   for (const event of events) {
     if (event.data !== '[DONE]') {
@@ -571,7 +581,7 @@ function outputContract(name: string, text: string): void {
       }
     }
   }
-  OUTPUT_CHECKS[name]!(events, text);
+  OUTPUT_CHECKS[name]!(events, outcome);
 }
 
 /** The random parts of an output (ids drawn when upstream gave none, clock seconds) made equal. */
@@ -901,16 +911,18 @@ for (const { name, make, events, names } of STREAMS) {
     test('provider events with random fields mixed with garbage, in random chunks: well-formed SSE out', () => {
       check(fc.tuple(streamPieces(events(1), names), eolArbitrary, fc.boolean(), cutsArbitrary), ([pieces, eol, cutData, cuts]) => {
         const bytes = Buffer.from(serialise(pieces, eol, cutData), 'utf8');
-        const out = runStream(make(), splitAt(bytes, cuts));
-        outputContract(name, out);
+        const stream = make();
+        const out = runStream(stream, splitAt(bytes, cuts));
+        outputContract(name, out, stream.outcome?.());
       }, 400);
     });
 
     test('valid-looking provider streams: the output does not depend on where the chunks were cut', () => {
       check(fc.tuple(streamPieces(events(0), names), eolArbitrary, fc.boolean(), cutsArbitrary), ([pieces, eol, cutData, cuts]) => {
         const bytes = Buffer.from(serialise(pieces, eol, cutData), 'utf8');
-        const whole = runStream(make(), [bytes]);
-        outputContract(name, whole);
+        const stream = make();
+        const whole = runStream(stream, [bytes]);
+        outputContract(name, whole, stream.outcome?.());
         const cut = runStream(make(), splitAt(bytes, cuts));
         assert.equal(normalise(cut), normalise(whole));
         // Byte by byte too, when short (a long line fed a byte at a time is rescanned at every push).

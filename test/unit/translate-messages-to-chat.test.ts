@@ -627,7 +627,7 @@ describe('messagesToChat.stream', () => {
     }
   });
 
-  test('each upstream event is answered at once; the end waits for the usage chunk', () => {
+  test('each upstream event is answered at once; message_delta waits for the usage chunk, message_stop for [DONE]', () => {
     const stream = messagesToChat.stream();
     const parts = [delta({ role: 'assistant', content: 'Hi' }), delta({}, 'length'), usageChunk];
     const first = `data: ${JSON.stringify(parts[0])}\n\n`;
@@ -635,18 +635,19 @@ describe('messagesToChat.stream', () => {
     assert.deepEqual(names(events(stream.push(Buffer.from(first.slice(20))))), ['message_start', 'content_block_start#0', 'content_block_delta#0']);
     assert.deepEqual(names(events(stream.push(Buffer.from(`data: ${JSON.stringify(parts[1])}\n\n`)))), ['content_block_stop#0']);
     const last = events(stream.push(Buffer.from(`data: ${JSON.stringify(parts[2])}\n\n`)));
-    assert.deepEqual(names(last), ['message_delta', 'message_stop']);
+    assert.deepEqual(names(last), ['message_delta']);
     assert.deepEqual(last[0]?.data.delta, { stop_reason: 'max_tokens', stop_sequence: null, stop_details: null });
-    assert.equal(stream.push(Buffer.from('data: [DONE]\n\n')), '');
+    assert.deepEqual(names(events(stream.push(Buffer.from('data: [DONE]\n\n')))), ['message_stop']);
     assert.equal(stream.end(), '');
+    assert.equal(stream.outcome?.(), 'complete');
   });
 
-  test('usage on the finish chunk itself ends the message there', () => {
+  test('usage on the finish chunk itself sends message_delta there', () => {
     const finish = chunk({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], usage: { prompt_tokens: 5, completion_tokens: 2, total_tokens: 7 } });
     const stream = messagesToChat.stream();
     stream.push(Buffer.from(upstream([delta({ content: 'x' })], false)));
     const list = events(stream.push(Buffer.from(upstream([finish], false))));
-    assert.deepEqual(names(list), ['content_block_stop#0', 'message_delta', 'message_stop']);
+    assert.deepEqual(names(list), ['content_block_stop#0', 'message_delta']);
     assert.deepEqual(list[1]?.data.usage, { input_tokens: 5, cache_creation_input_tokens: 0, cache_read_input_tokens: 0, output_tokens: 2 });
   });
 
@@ -664,23 +665,19 @@ describe('messagesToChat.stream', () => {
     assert.equal(stream.end(), '');
   });
 
-  test('a stream that ends without [DONE] (and without a final blank line) is closed by end()', () => {
+  test('a stream that ends without [DONE] (and without a final blank line) was cut: end() gives its last events, never message_stop', () => {
     const text = upstream([delta({ content: 'partial' }), delta({}, 'stop'), usageChunk], false).replace(/\n\n$/, '');
     const stream = messagesToChat.stream();
     const pushed = events(stream.push(Buffer.from(text)));
     assert.deepEqual(names(pushed), ['message_start', 'content_block_start#0', 'content_block_delta#0', 'content_block_stop#0']);
     const ended = events(stream.end());
-    assert.deepEqual(names(ended), ['message_delta', 'message_stop']);
+    assert.deepEqual(names(ended), ['message_delta']);
     assert.equal((ended[0]?.data.usage as Json).output_tokens, 12);
-    // Cut off mid-text: the open block is closed too.
-    assert.deepEqual(names(events(run(upstream([delta({ content: 'cut' })], false)))), [
-      'message_start',
-      'content_block_start#0',
-      'content_block_delta#0',
-      'content_block_stop#0',
-      'message_delta',
-      'message_stop',
-    ]);
+    assert.equal(stream.outcome?.(), 'cut');
+    // Cut off mid-text: no ending at all (the gateway ends the stream with its error event).
+    const cut = messagesToChat.stream();
+    assert.deepEqual(names(events(cut.push(Buffer.from(upstream([delta({ content: 'cut' })], false))) + cut.end())), ['message_start', 'content_block_start#0', 'content_block_delta#0']);
+    assert.equal(cut.outcome?.(), 'cut');
   });
 
   test('an upstream error event becomes an Anthropic error event, and nothing follows it', () => {
@@ -692,10 +689,15 @@ describe('messagesToChat.stream', () => {
   });
 
   test('an empty stream is an error, not an empty answer', () => {
-    const list = events(run('data: [DONE]\n\n'));
+    const done = messagesToChat.stream();
+    const list = events(done.push(Buffer.from('data: [DONE]\n\n')) + done.end());
     assert.deepEqual(names(list), ['error']);
     assert.equal((list[0]?.data.error as Json).type, 'api_error');
-    assert.deepEqual(names(events(run(''))), ['error']);
+    assert.equal(done.outcome?.(), 'error');
+    // Nothing at all, not even [DONE]: cut.
+    const nothing = messagesToChat.stream();
+    assert.equal(nothing.end(), '');
+    assert.equal(nothing.outcome?.(), 'cut');
   });
 
   test('comments, keep-alives and empty deltas produce nothing; a refusal streams as text', () => {

@@ -757,15 +757,16 @@ describe('stream', () => {
     assert.equal(parse(stream.end()).at(-1)!.event, 'response.completed');
   });
 
-  test('a stream that ends before message_stop ends with an error event', () => {
-    const events = parse(run(TEXT_EVENTS.slice(0, 4).join('')));
-    assert.deepEqual(events.at(-1)!.data, {
-      type: 'error',
-      code: 'server_error',
-      message: 'the provider ended the stream before the response was complete',
-      param: null,
-      sequence_number: events.length - 1,
-    });
+  test('a stream that ends before message_stop was cut: no response.completed, and the next sequence number for the gateway\'s error event', () => {
+    const stream = translator.stream();
+    const events = parse(stream.push(Buffer.from(TEXT_EVENTS.slice(0, 4).join(''))) + stream.end());
+    assert.ok(!events.some((e) => e.data.type === 'response.completed' || e.data.type === 'error'));
+    assert.equal(stream.outcome?.(), 'cut');
+    assert.equal(stream.nextSequence?.(), events.length);
+    const whole = translator.stream();
+    whole.push(Buffer.from(TEXT_EVENTS.join('')));
+    whole.end();
+    assert.equal(whole.outcome?.(), 'complete');
   });
 
   test('one byte at a time, CRLF line ends split too: the same output as in one piece', (t) => {
