@@ -340,6 +340,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       renderMetrics,
       hotRestart: options.hotRestart,
       status: c.admin.status_page ? statusFeed : undefined,
+      allowedHosts: c.admin.allowed_hosts,
     });
   let admin = createAdmin(config);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);

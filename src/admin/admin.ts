@@ -1,8 +1,10 @@
 // Routes of an admin listener (E4): metrics, server info, drain controls, health-check override,
-// and the OpenAPI document. Every route but the probes and /metrics needs the admin token when one
-// is configured.
+// and the OpenAPI document. Every request, probes included, first passes the request guard (Host,
+// origin, media type: request-guard.ts); then every route but the probes and /metrics needs the
+// admin token when one is configured.
 import { createHash, timingSafeEqual } from 'node:crypto';
 import type { RouteTable } from '../server/requests.ts';
+import type { Listener } from '../server/listener.ts';
 import type { RequestContext } from '../server/context.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { AdminLifecycle } from '../lifecycle/contracts.ts';
@@ -14,6 +16,7 @@ import type { ResourceStore } from '../config/store.ts';
 import type { Config } from '../config/schema.ts';
 import type { StatusFeed } from './status-feed.ts';
 import { STATUS_PAGE, STATUS_PAGE_HEADERS } from './status-page.ts';
+import { ADMIN_RESPONSE_HEADERS, AdminRequestGuard } from './request-guard.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
@@ -37,6 +40,8 @@ export interface AdminEnvironment {
   readonly audit: AuditLog;
   /** GET /status/events; absent with `admin.status_page: false` (then /status and /status/events are 404). */
   readonly status?: StatusFeed | undefined;
+  /** `admin.allowed_hosts`: the Host names the API answers to besides loopback and the listener's own address. */
+  readonly allowedHosts: readonly string[];
 }
 
 /** Who an unauthenticated caller is in audit events (no admin token configured). */
@@ -52,9 +57,11 @@ export class AdminRoutes implements RouteTable {
   readonly #env: AdminEnvironment;
   readonly #tokens: { name: string; digest: Buffer }[];
   readonly #openApi: string;
+  readonly #guard: AdminRequestGuard;
 
   constructor(env: AdminEnvironment) {
     this.#env = env;
+    this.#guard = new AdminRequestGuard(env.allowedHosts);
     this.#tokens = env.tokens.map((t) => ({ name: t.name, digest: digest(t.token) }));
     this.#openApi = JSON.stringify(openApiDocument(env.version, env.status ? ADMIN_ROUTES : ADMIN_ROUTES.filter((r) => !r.statusPage)));
   }
@@ -62,6 +69,17 @@ export class AdminRoutes implements RouteTable {
   /** The status event stream is a live view: not in flight, ended at the exit (requests.ts). */
   watches(path: string): boolean {
     return path === STATUS_EVENTS && this.#env.status !== undefined;
+  }
+
+  /** Before any route, the probes included: the request guard's refusal; every answer gets ADMIN_RESPONSE_HEADERS. */
+  admit(ctx: RequestContext, listener: Listener): GatewayError | undefined {
+    ctx.responseHeaders = ADMIN_RESPONSE_HEADERS;
+    try {
+      return this.#guard.refuse(ctx.req, listener);
+    } catch {
+      // It reads only strings and never throws; were it to, the request is refused, not let through.
+      return errors.internal();
+    }
   }
 
   endpointOf(path: string): string | undefined {

@@ -147,6 +147,15 @@ export function openApiDocument(version: string, routes: readonly AdminRoute[] =
     };
   }
   Object.assign(paths, resourcePaths());
+  // The request guard (request-guard.ts) answers before any route.
+  const errorOf = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } });
+  for (const operations of Object.values(paths) as Record<string, { responses: Record<string, object> }>[]) {
+    for (const [method, operation] of Object.entries(operations)) {
+      operation.responses['421'] = errorOf('host_not_allowed: the Host names neither loopback, this listener\'s address nor admin.allowed_hosts.');
+      operation.responses['403'] = errorOf('cross_origin_request: Origin or Sec-Fetch-Site says another origin.');
+      if (method !== 'get') operation.responses['415'] = errorOf('unsupported_media_type: a body that is not application/json.');
+    }
+  }
   return {
     openapi: '3.0.3',
     info: { title: 'Sluice admin API', version },

@@ -1,4 +1,5 @@
 // The one source of truth for the configuration: validation, defaults and the TypeScript types.
+import { isIP } from 'node:net';
 import { z } from 'zod';
 
 const ADDRESS = /^(?:\[(?<v6>[0-9a-fA-F:.]+)\]|(?<host>[^\s:[\]]*)):(?<port>\d{1,5})$/;
@@ -402,6 +403,17 @@ export type PriceConfig = z.infer<typeof price>;
 
 const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
 
+/** A host name of ASCII labels (a browser sends an international name in its xn-- form). */
+const HOST_NAME = /^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*$/i;
+const ALLOWED_HOST = 'expected a host name ("admin.example.com"), a wildcard of its subdomains ("*.example.com") or an IP address, without a port';
+/** An `admin.allowed_hosts` entry: a name, `*.` and a name, or an IP address (IPv6 with or without brackets). */
+function isAllowedHostPattern(text: string): boolean {
+  const name = text.startsWith('*.') ? text.slice(2) : text;
+  if (HOST_NAME.test(name)) return true;
+  return !text.startsWith('*.') && isIP(text.startsWith('[') && text.endsWith(']') ? text.slice(1, -1) : text) !== 0;
+}
+const allowedHost = z.string().refine(isAllowedHostPattern, { error: (issue) => `${ALLOWED_HOST} (got ${JSON.stringify(String(issue.input).slice(0, 80))})` });
+
 const admin = z.strictObject({
   /** Bearer token required on every admin route except /livez, /readyz and /metrics (its name in audit events: "admin"). */
   token: adminToken.optional(),
@@ -409,6 +421,11 @@ const admin = z.strictObject({
   tokens: z.array(z.strictObject({ name, token: adminToken })).default([]),
   /** Admin listeners must bind to loopback unless this is true. */
   allow_non_loopback: fromEnv(z.boolean()).default(false),
+  /**
+   * The Host names the admin API answers to besides loopback and the listener's own address (DNS
+   * rebinding protection, admin/request-guard.ts): names, `*.example.com` for its subdomains, IPs.
+   */
+  allowed_hosts: z.array(allowedHost).default([]),
   /** GET /status (the live status page) and GET /status/events (its event stream); false: both 404. */
   status_page: fromEnv(z.boolean()).default(true),
 });

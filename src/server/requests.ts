@@ -9,7 +9,8 @@ import type { Metrics } from '../telemetry/metrics.ts';
 import type { AccessLog, FinishedRequest } from '../telemetry/access-log.ts';
 import { RequestContext, type ExchangeContext } from './context.ts';
 import { sendError, sendJson } from './respond.ts';
-import { errors } from '../api/errors.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
+import { discardRest } from './body.ts';
 import { clientErrorCodes } from './client-error.ts';
 import type { Listener } from './listener.ts';
 
@@ -22,6 +23,11 @@ export interface RouteTable {
    * waits for it (L5); the exit ends it. Absent: none.
    */
   watches?(path: string): boolean;
+  /**
+   * What every request to this table's listeners passes first, health probes included (the admin
+   * API's Host, origin and media-type rules): the refusal, or undefined. Must not throw. Absent: none.
+   */
+  admit?(ctx: RequestContext, listener: Listener): GatewayError | undefined;
 }
 
 export interface RequestServices {
@@ -151,6 +157,15 @@ export function createRequestHandler(services: RequestServices) {
       if (!watch) metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
       res.shouldKeepAlive = false;
       sendError(ctx, lifecycle, refusal);
+      return;
+    }
+    const refused = routes.admit?.(ctx, listener);
+    if (refused) {
+      ctx.endpoint = probe ? path.slice(1) : (routes.endpointOf(path) ?? 'other');
+      if (!watch) metrics.inFlight.add(1, ctx.endpoint, ctx.protocol);
+      // Its body is not read: dropped (bounded) so that the client still sees the answer.
+      discardRest(req);
+      sendError(ctx, lifecycle, refused);
       return;
     }
     if (probe) {

@@ -324,8 +324,10 @@ describe('etcd: the admin write API', { skip }, () => {
     const orphan = await adminCall(gw, 'PUT', '/config/models/orphan', { provider: 'nope' });
     assert.equal(orphan.status, 400);
     assert.match(json(orphan).error.message, /unknown provider "nope"/);
-    const notJson = await httpRequest(`${gw.adminUrl}/config/models/x`, { method: 'PUT', headers: auth, body: '{' });
+    const notJson = await httpRequest(`${gw.adminUrl}/config/models/x`, { method: 'PUT', headers: { ...auth, 'content-type': 'application/json' }, body: '{' });
     assert.equal(notJson.status, 400);
+    // A body not declared as JSON is refused before it is read.
+    assert.equal((await httpRequest(`${gw.adminUrl}/config/models/x`, { method: 'PUT', headers: auth, body: '{"provider":"echo"}' })).status, 415);
     const inUse = await adminCall(gw, 'DELETE', '/config/providers/echo');
     assert.equal(inUse.status, 409);
     assert.equal(json(inUse).error.code, 'resource_in_use');

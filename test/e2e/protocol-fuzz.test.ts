@@ -133,7 +133,8 @@ const urlOf = (g: GatewayProcess, listener: string) => g.urls[listener]!;
 const httpsOf = (g: GatewayProcess, listener: string) => urlOf(g, listener).replace('http:', 'https:');
 
 async function adminGet(g: GatewayProcess, path: string): Promise<string> {
-  const result = await rawExchange(g.adminUrl, `GET ${path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n`, { timeoutMs: 5000 });
+  // The admin API answers only to its own Host (a loopback name or address).
+  const result = await rawExchange(g.adminUrl, `GET ${path} HTTP/1.1\r\nHost: ${new URL(g.adminUrl).host}\r\nConnection: close\r\n\r\n`, { timeoutMs: 5000 });
   const [res] = parseResponses(result.data);
   assert.ok(res?.complete && res.status === 200, `admin ${path}: ${result.data.toString('latin1').slice(0, 200)}`);
   return res.body.toString('utf8');

@@ -6,36 +6,28 @@
 // photographed into docs/images/status-page.png.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync, mkdirSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { chromium, type BrowserContext, type Page } from 'playwright-core';
+import type { BrowserContext, Page } from 'playwright-core';
 import { ROOT, eventually, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { mockHeader, startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
-import { requireTool } from '../support/system-tool.ts';
+import { chromiumCheck, launchChromium, type Chromium } from '../support/chromium.ts';
 
-const browser = requireTool('chromium', 'chromium');
+const browser = chromiumCheck();
 const TOKEN = 'page-token-0123456789abcdef';
 let mock: MockUpstream;
+let chromium: Chromium | undefined;
 let context: BrowserContext;
-let profile: string;
 
 before(async () => {
   if (browser.skip) return;
   mock = await startMockUpstream();
-  profile = mkdtempSync(join(tmpdir(), 'sluice-chromium-'));
-  // The machine may have no network: Chromium's own background connections are switched off.
-  context = await chromium.launchPersistentContext(profile, {
-    executablePath: '/usr/bin/chromium',
-    headless: true,
-    viewport: { width: 1100, height: 860 },
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-  });
+  chromium = await launchChromium();
+  context = chromium.context;
 });
 after(async () => {
-  await context?.close();
+  await chromium?.close();
   await mock?.close();
-  if (profile) rmSync(profile, { recursive: true, force: true });
 });
 
 function config(extra: Record<string, unknown> = {}) {

@@ -136,7 +136,12 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
 
   const urls: Record<string, string> = {};
   if (options.waitReady !== false) {
-    await waitForLog((l) => l.event === 'ready');
+    await waitForLog((l) => l.event === 'ready').catch(async (error: unknown) => {
+      // A start that fails leaves nothing running (its pipes would keep the test process alive).
+      if (!hasExited) child.kill('SIGKILL');
+      await exited;
+      throw error;
+    });
     for (const line of logs) {
       if (line.event === 'listener_started') urls[String(line.listener)] = `http://${String(line.address)}`;
     }

@@ -341,3 +341,23 @@ export function requestOnce(
     req.end(payload);
   });
 }
+
+/**
+ * One request written byte for byte on its own connection (`Connection: close`), its headers as
+ * given and in order (a Host or none, any value, latin1), with a Content-Length for `body` unless
+ * the headers frame it: resolves with the first response, parsed.
+ */
+export async function rawRequest(
+  url: string,
+  request: { method?: string; path: string; headers?: readonly (readonly [string, string])[]; body?: string; version?: string },
+  timeoutMs = 5000,
+): Promise<ParsedResponse> {
+  const headers = [...(request.headers ?? [])];
+  const framed = headers.some(([name]) => /^(content-length|transfer-encoding)$/i.test(name));
+  if (request.body !== undefined && !framed) headers.push(['Content-Length', String(Buffer.byteLength(request.body, 'latin1'))]);
+  const head = [`${request.method ?? 'GET'} ${request.path} HTTP/${request.version ?? '1.1'}`, ...headers.map(([name, value]) => `${name}: ${value}`), 'Connection: close'];
+  const result = await rawExchange(url, Buffer.from(`${head.join('\r\n')}\r\n\r\n${request.body ?? ''}`, 'latin1'), { timeoutMs, stopAfterResponses: 1 });
+  const [res] = parseResponses(result.data);
+  assert.ok(res?.complete, `no complete answer to ${request.method ?? 'GET'} ${request.path.slice(0, 100)}: ${result.data.toString('latin1').slice(0, 300)}`);
+  return res;
+}

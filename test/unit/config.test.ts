@@ -67,7 +67,7 @@ describe('defaults', () => {
       limits: { store: 'memory', on_store_error: 'open', lease_secs: 30, estimate_output_tokens: 500, read_after_disconnect_secs: 30, models: {} },
       prices: {},
       log: { level: 'info', access_log: true, format: 'auto' },
-      admin: { allow_non_loopback: false, tokens: [], status_page: true },
+      admin: { allow_non_loopback: false, allowed_hosts: [], tokens: [], status_page: true },
       hot_restart: { enabled: false, start_timeout_secs: 60 },
       workers_recycle: { max_rss_mb: 0, max_requests: 0 },
       reload: { watch: true },
