@@ -136,7 +136,8 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
 
   const urls: Record<string, string> = {};
   if (options.waitReady !== false) {
-    await waitForLog((l) => l.event === 'ready').catch(async (error: unknown) => {
+    // Ready takes a second or two; a group of workers on a loaded 2-core machine has taken over 10.
+    await waitForLog((l) => l.event === 'ready', 30_000).catch(async (error: unknown) => {
       // A start that fails leaves nothing running (its pipes would keep the test process alive).
       if (!hasExited) child.kill('SIGKILL');
       await exited;
