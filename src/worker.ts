@@ -8,13 +8,16 @@ import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from '
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
 import { SupervisorStore } from './cluster/supervisor-store.ts';
 import { GENERATION_ENV } from './hot-restart/messages.ts';
-import type { Socket } from 'node:net';
 
-function send(message: unknown): void {
+/** Sends to the supervisor; `written` is called once the message is written (or could not be). */
+function send(message: unknown, written?: () => void): void {
   try {
-    process.send?.(message);
+    if (!process.send) written?.();
+    else if (written) process.send(message, undefined, {}, () => written());
+    else process.send(message);
   } catch {
     // The supervisor is gone: the disconnect handler drains this worker.
+    written?.();
   }
 }
 
@@ -32,7 +35,7 @@ export async function runWorker(version: string): Promise<number> {
   const limits = new SupervisorStore(send);
   process.on('message', (message: unknown, passed: unknown) => {
     if (!isMessage<ToWorker>(message)) return;
-    if (message.type === 'connection') sockets.connection(message.lease, passed as Socket | undefined);
+    if (message.type === 'connection') sockets.connection(message.lease, message.handoff, passed as object | undefined);
     else if (message.type === 'limit_reply') limits.replied(message.id, message.value, message.error);
     else if (message.type === 'socket_acquired') sockets.acquired(message.lease, message.bound !== undefined ? { bound: message.bound } : { error: message.error ?? 'no socket', code: message.code });
     else if (message.type === 'start') onStart?.(message);

@@ -7,9 +7,9 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import type { Socket } from 'node:net';
 import type { SocketProvider } from '../server/sockets.ts';
-import { ConnectionDispatch, type DispatchTarget } from './connection-dispatch.ts';
+import { ConnectionDispatch, type DispatchTarget, type HeldLease } from './connection-dispatch.ts';
+import { ConnectionHandoff } from './handoff.ts';
 import type { BoundListener } from '../lifecycle/process-info.ts';
 import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
@@ -72,7 +72,7 @@ interface Slot {
   /** Why the supervisor ended this worker during its start, for the exit line. */
   startProblem: string | undefined;
   /** The worker as the connection dispatch knows it (one per process). */
-  target: DispatchTarget | undefined;
+  target: WorkerTarget | undefined;
   /** The worker being recycled while its replacement (now `worker`) starts: it drains once that one serves. */
   replacing: Retiring | undefined;
 }
@@ -81,8 +81,43 @@ interface Slot {
 interface Retiring {
   readonly slot: number;
   readonly worker: Worker;
-  readonly target: DispatchTarget | undefined;
+  readonly target: WorkerTarget | undefined;
   readonly release: (() => void) | undefined;
+}
+
+/** A worker as the connection dispatch sees it, with the connections handed to it and not yet confirmed. */
+interface WorkerTarget extends DispatchTarget {
+  readonly handoff: ConnectionHandoff<HeldLease>;
+}
+
+/**
+ * The worker process as a dispatch target: each connection goes as a bare handle and stays this
+ * process's until the worker confirms it (handoff.ts). Once the worker has exited and every message
+ * it sent has been read (the process's 'close'; its 'disconnect' is not emitted while node still
+ * waits for the dead worker to acknowledge a handle), what it did not confirm goes back to the
+ * dispatch for another worker.
+ */
+function workerTarget(worker: Worker): WorkerTarget {
+  const handoff = new ConnectionHandoff<HeldLease>(
+    (id, lease, handle) => {
+      if (!worker.isConnected()) return false;
+      try {
+        worker.send({ type: 'connection', lease: lease.id, handoff: id } satisfies ToWorker, handle as never);
+        return true;
+      } catch {
+        return false;
+      }
+    },
+    (returned) => returned.meta.returned(returned.socket),
+  );
+  worker.process.once('close', () => handoff.close());
+  return {
+    handoff,
+    pass: (socket, lease) => handoff.pass(socket, lease),
+    get backlog() {
+      return handoff.backlog;
+    },
+  };
 }
 
 /** How often the workers' memory and request counts are checked against `workers_recycle`. */
@@ -301,19 +336,9 @@ export class WorkerGroup {
     slot.hello = false;
     slot.queued = [];
     slot.startProblem = undefined;
-    slot.target = {
-      pass: (lease: number, socket: Socket) => {
-        if (!worker.isConnected()) return false;
-        try {
-          worker.send({ type: 'connection', lease } satisfies ToWorker, socket);
-          return true;
-        } catch {
-          return false;
-        }
-      },
-    };
+    const target = workerTarget(worker);
+    slot.target = target;
     slot.release = this.#supervisor!.hold();
-    const target = slot.target;
     worker.on('message', (message: unknown) => {
       if (!isMessage<FromWorker>(message)) return;
       // A recycled worker's sockets stay its own until it lets go of them.
@@ -384,21 +409,15 @@ export class WorkerGroup {
         );
         return;
       }
-      case 'limit': {
-        const { id } = message;
-        const reply = (value: unknown) => this.#send(slot, { type: 'limit_reply', id, value });
-        const fail = (error: unknown) => this.#send(slot, { type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
-        const store = this.#limits;
-        if (!store) return fail('no limit store');
-        try {
-          const args = message.args as never[];
-          const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
-          Promise.resolve(result).then(reply, fail);
-        } catch (error) {
-          fail(error);
-        }
+      case 'limit':
+        this.#limit(message, (reply) => this.#send(slot, reply));
         return;
-      }
+      case 'connection_taken':
+        slot.target?.handoff.confirmed(message.handoff);
+        return;
+      case 'connection_refused':
+        slot.target?.handoff.refused(message.handoff);
+        return;
       case 'socket_serve':
         this.#dispatch!.serve(slot.target!, message.lease, message.serving);
         return;
@@ -548,11 +567,31 @@ export class WorkerGroup {
     this.#checkAllExited();
   }
 
-  /** Messages of a recycled worker: it still asks about and lets go of its sockets. */
-  #fromRetiring(target: DispatchTarget | undefined, message: FromWorker): void {
-    if (!target || !this.#dispatch) return;
-    if (message.type === 'socket_serve') this.#dispatch.serve(target, message.lease, message.serving);
-    else if (message.type === 'socket_let_go') this.#dispatch.letGo(target, message.lease);
+  /**
+   * Messages of a worker no longer in its slot: a recycled one still serves and drains, so it
+   * confirms the connections it was passed and lets go of its sockets; one that exited may have
+   * confirmed some in its last messages, read after its exit.
+   */
+  #fromRetiring(target: WorkerTarget, message: FromWorker): void {
+    if (message.type === 'socket_serve') this.#dispatch?.serve(target, message.lease, message.serving);
+    else if (message.type === 'socket_let_go') this.#dispatch?.letGo(target, message.lease);
+    else if (message.type === 'connection_taken') target.handoff.confirmed(message.handoff);
+    else if (message.type === 'connection_refused') target.handoff.refused(message.handoff);
+  }
+
+  /** A worker's operation on the group's limit store (limits.store memory), answered with `reply`. */
+  #limit(message: Extract<FromWorker, { type: 'limit' }>, reply: (message: ToWorker) => void): void {
+    const { id } = message;
+    const fail = (error: unknown) => reply({ type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
+    const store = this.#limits;
+    if (!store) return fail('no limit store');
+    try {
+      const args = message.args as never[];
+      const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
+      Promise.resolve(result).then((value) => reply({ type: 'limit_reply', id, value }), fail);
+    } catch (error) {
+      fail(error);
+    }
   }
 
   #send(slot: Slot, message: ToWorker): void {
