@@ -62,6 +62,8 @@ export interface RunningGateway {
   metricsJson(): Promise<MetricsJson>;
   /** Where each listener of this process listens (`host:port`, the port bound when 0 was asked). */
   boundListeners(): BoundListener[];
+  /** The limit counters this process holds in memory (limits.store memory; a supervisor's are its workers'), which a hot restart carries. */
+  readonly memoryLimits: MemoryStore | undefined;
 }
 
 /** A reload whose every fallible step has succeeded: nothing has switched yet. */
@@ -87,7 +89,10 @@ export interface GatewayOptions {
   configSource?: ConfigSourceControl;
   /** The config file's name, for the admin API's answer in file mode (none: the embedded default). */
   configFile?: string;
-  /** Where the limits' counters live, when not where `limits.store` says (a worker's: its supervisor's memory). */
+  /**
+   * Where the limits' counters live, when not where `limits.store` says: a worker's, its
+   * supervisor's memory; a generation's, the counters the previous one handed over (E7).
+   */
   limitStore?: LimitStore;
 }
 
@@ -579,5 +584,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     status,
     metricsJson: () => metrics.json(),
     boundListeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: l.boundAddress })),
+    memoryLimits: limiter.store instanceof MemoryStore ? limiter.store : undefined,
   };
 }

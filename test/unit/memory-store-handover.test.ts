@@ -1,0 +1,122 @@
+// The memory store handed over at a hot restart (src/limits/memory-store.ts): a snapshot starts the
+// next generation's store, and every change the old store makes after it (admissions, settlements,
+// renewals) is made in the new one too, so that both end where one store would have.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { MemoryStore, type MemoryChange, type MemoryFollower } from '../../src/limits/memory-store.ts';
+import type { Ask, Settlement } from '../../src/limits/store.ts';
+
+const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], lease: 'l1', leaseMs: 30_000, ...over });
+const settlement = (over: Partial<Settlement> = {}): Settlement => ({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l1', spend: [], ...over });
+
+const rpm = { id: 'k:a:rpm', capacity: 2 };
+const tpm = { id: 'k:a:tpm', capacity: 1000 };
+const cc = { id: 'k:a:cc', max: 1 };
+const budget = { id: 'b:a:2026-12-03', maxMicros: 10, resetAt: 2_000_000_000_000 };
+
+/** A follower that applies each change to `to` at once (the keeper's relay, without IPC). */
+function relay(to: MemoryStore): MemoryFollower & { changes: MemoryChange[] } {
+  const changes: MemoryChange[] = [];
+  return {
+    changes,
+    change: (change) => {
+      changes.push(JSON.parse(JSON.stringify(change)) as MemoryChange);
+      to.apply(changes.at(-1)!);
+    },
+    flushed: async () => {},
+  };
+}
+
+test('a store started from a snapshot refuses what the old one refuses: a spent budget, an empty RPM bucket, a held place', () => {
+  const now = 1_000_000;
+  const old = new MemoryStore(() => now);
+  assert.equal(old.acquire(ask({ requests: [rpm], lease: 'a' })).ok, true);
+  assert.equal(old.acquire(ask({ requests: [rpm], concurrency: [cc], lease: 'b' })).ok, true);
+  old.settle(settlement({ lease: 'a', spend: [{ id: budget.id, micros: 12, resetAt: budget.resetAt }] }));
+  // Through JSON, as it crosses IPC.
+  const next = new MemoryStore(() => now, JSON.parse(JSON.stringify(old.snapshot())));
+  assert.deepEqual(next.snapshot(), old.snapshot());
+  const refused = (store: MemoryStore, over: Partial<Ask>) => {
+    const verdict = store.acquire(ask({ lease: 'x', ...over }));
+    return verdict.ok ? 'ok' : verdict.limit;
+  };
+  for (const store of [old, next]) {
+    assert.equal(refused(store, { budgets: [budget] }), 'budget');
+    assert.equal(refused(store, { requests: [rpm] }), 'requests');
+    assert.equal(refused(store, { concurrency: [cc] }), 'concurrent');
+  }
+});
+
+test('after the snapshot, the old store\'s changes follow: what it admits, settles and renews ends the same in the new one', () => {
+  let now = 1_000_000;
+  const old = new MemoryStore(() => now);
+  old.acquire(ask({ requests: [rpm], tokens: [tpm], cost: 100, concurrency: [cc], lease: 'running' }));
+  const next = new MemoryStore(() => now, old.snapshot());
+  const follower = relay(next);
+  old.follow(follower);
+  // The old generation still serves: a request admitted there takes from the new store's buckets.
+  now += 1000;
+  assert.equal(old.acquire(ask({ requests: [rpm], tokens: [tpm], cost: 50, lease: 'later' })).ok, true);
+  // Its running request is renewed, then ends: settled with its usage and spend.
+  now += 20_000;
+  old.renew([{ concurrency: [cc.id], lease: 'running' }], 30_000);
+  now += 20_000;
+  assert.equal(next.acquire(ask({ concurrency: [cc], lease: 'x' })).ok, false, 'renewed there: still held here past its first lease');
+  old.settle(settlement({ lease: 'running', tokens: [tpm], refund: 80, concurrency: [cc.id], spend: [{ id: budget.id, micros: 25, resetAt: budget.resetAt }] }));
+  assert.deepEqual(follower.changes.map((c) => c.op), ['take', 'renew', 'settle']);
+  assert.deepEqual(next.snapshot(), old.snapshot(), 'the same counters');
+  assert.equal(next.acquire(ask({ concurrency: [cc], lease: 'y' })).ok, true, 'the place given back there is free here at once');
+  assert.equal(next.acquire(ask({ budgets: [budget], lease: 'z' })).ok, false, 'the spend settled there counts here');
+});
+
+test('a change is made whatever the new store\'s own limits say (it was let through where it was decided)', () => {
+  const now = 1_000_000;
+  const old = new MemoryStore(() => now);
+  const next = new MemoryStore(() => now, old.snapshot());
+  old.follow(relay(next));
+  // The new generation serves too and empties the bucket; the old one, not knowing, admits one more.
+  assert.equal(next.acquire(ask({ requests: [rpm], lease: 'n1' })).ok, true);
+  assert.equal(next.acquire(ask({ requests: [rpm], lease: 'n2' })).ok, true);
+  assert.equal(old.acquire(ask({ requests: [rpm], lease: 'o1' })).ok, true);
+  const verdict = next.acquire(ask({ requests: [rpm], lease: 'n3' }));
+  assert.equal(verdict.ok, false);
+  // A debt: the next request here waits for one and a half refills.
+  assert.ok(!verdict.ok && verdict.retryAfterMs >= 59_000, `retry after ${!verdict.ok && verdict.retryAfterMs} ms`);
+});
+
+test('a chain of restarts: a store that applies changes passes them on to its own follower', () => {
+  const now = 1_000_000;
+  const first = new MemoryStore(() => now);
+  const second = new MemoryStore(() => now, first.snapshot());
+  first.follow(relay(second));
+  first.acquire(ask({ concurrency: [cc], lease: 'long' }));
+  const third = new MemoryStore(() => now, second.snapshot());
+  second.follow(relay(third));
+  // The first generation, still draining, ends its request: the place is free in the third.
+  first.settle(settlement({ lease: 'long', concurrency: [cc.id] }));
+  assert.equal(third.acquire(ask({ concurrency: [cc], lease: 'x' })).ok, true);
+});
+
+test('not following (the common case): no change is recorded; following stops when told', async () => {
+  const now = 1_000_000;
+  const store = new MemoryStore(() => now);
+  const next = new MemoryStore(() => now);
+  const follower = relay(next);
+  store.acquire(ask({ requests: [rpm] }));
+  store.follow(follower);
+  store.follow(undefined);
+  store.acquire(ask({ requests: [rpm] }));
+  store.settle(settlement());
+  assert.deepEqual(follower.changes, []);
+});
+
+test('close() waits for the follower to take the last changes', async () => {
+  const store = new MemoryStore(() => 0);
+  let flushed = false;
+  store.follow({
+    change: () => {},
+    flushed: () => new Promise<void>((resolve) => setImmediate(() => ((flushed = true), resolve()))),
+  });
+  await store.close();
+  assert.equal(flushed, true);
+});
