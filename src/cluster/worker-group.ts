@@ -342,7 +342,7 @@ export class WorkerGroup {
     worker.on('message', (message: unknown) => {
       if (!isMessage<FromWorker>(message)) return;
       // A recycled worker's sockets stay its own until it lets go of them.
-      if (slot.worker !== worker) this.#fromRetiring(target, message);
+      if (slot.worker !== worker) this.#fromRetiring(worker, target, message);
       else this.#received(slot, message);
     });
     // A worker that never serves must not leave the group "starting" in silence (a worker on
@@ -569,14 +569,17 @@ export class WorkerGroup {
 
   /**
    * Messages of a worker no longer in its slot: a recycled one still serves and drains, so it
-   * confirms the connections it was passed and lets go of its sockets; one that exited may have
-   * confirmed some in its last messages, read after its exit.
+   * confirms the connections it was passed, lets go of its sockets, and admits and settles its
+   * requests in the group's limit store (or what they cost would never be charged); one that
+   * exited may have confirmed connections or settled requests in its last messages, read after
+   * its exit.
    */
-  #fromRetiring(target: WorkerTarget, message: FromWorker): void {
+  #fromRetiring(worker: Worker, target: WorkerTarget, message: FromWorker): void {
     if (message.type === 'socket_serve') this.#dispatch?.serve(target, message.lease, message.serving);
     else if (message.type === 'socket_let_go') this.#dispatch?.letGo(target, message.lease);
     else if (message.type === 'connection_taken') target.handoff.confirmed(message.handoff);
     else if (message.type === 'connection_refused') target.handoff.refused(message.handoff);
+    else if (message.type === 'limit') this.#limit(message, (reply) => sendTo(worker, reply));
   }
 
   /** A worker's operation on the group's limit store (limits.store memory), answered with `reply`. */
