@@ -156,12 +156,14 @@ export class MemoryStore implements LimitStore {
     this.#follower?.change({ op: 'settle', settlement: s });
   }
 
+  /** Moves on the leases still held; one already expired stays expired (its place may have been given away). */
   renew(renewals: readonly Renewal[], leaseMs: number): void {
-    const until = this.#now() + leaseMs;
+    const now = this.#now();
+    const until = now + leaseMs;
     for (const r of renewals) {
       for (const id of r.concurrency) {
         const held = this.#leases.get(id);
-        if (held?.has(r.lease)) held.set(r.lease, until);
+        if (held !== undefined && (held.get(r.lease) ?? 0) > now) held.set(r.lease, until);
       }
     }
     this.#follower?.change({ op: 'renew', renewals, leaseMs });

@@ -120,3 +120,55 @@ test('close() waits for the follower to take the last changes', async () => {
   await store.close();
   assert.equal(flushed, true);
 });
+
+test('property: whatever the old store does after the snapshot, the new one ends with the same counters', async () => {
+  const { default: fc } = await import('fast-check');
+  const buckets = [rpm, { id: 'g:rpm', capacity: 5 }];
+  const tokenBuckets = [tpm];
+  const limits = [cc, { id: 'g:cc', max: 3 }];
+  const op = fc.oneof(
+    fc.record({ kind: fc.constant('acquire' as const), lease: fc.integer({ min: 0, max: 5 }), cost: fc.integer({ min: 0, max: 400 }), which: fc.integer({ min: 0, max: 7 }) }),
+    fc.record({ kind: fc.constant('settle' as const), lease: fc.integer({ min: 0, max: 5 }), refund: fc.integer({ min: -100, max: 300 }), micros: fc.integer({ min: 0, max: 20 }) }),
+    fc.record({ kind: fc.constant('renew' as const), lease: fc.integer({ min: 0, max: 5 }) }),
+    fc.record({ kind: fc.constant('wait' as const), ms: fc.integer({ min: 0, max: 90_000 }) }),
+  );
+  /** What a store answers: each bucket's level now, the spend, the leases still live. */
+  const observed = (store: MemoryStore, now: number) => {
+    const state = store.snapshot();
+    const levels: Record<string, number> = {};
+    for (const b of [...buckets, ...tokenBuckets]) {
+      const found = state.buckets.find(([id]) => id === b.id);
+      levels[b.id] = found ? Math.min(b.capacity, found[1] + (Math.max(0, now - found[2]) * b.capacity) / 60_000) : b.capacity;
+    }
+    return {
+      levels,
+      spent: Object.fromEntries(state.spent.map(([id, micros]) => [id, micros])),
+      leases: state.leases.filter(([, , until]) => until > now).map(([id, lease, until]) => `${id} ${lease} ${until}`).sort(),
+    };
+  };
+  fc.assert(
+    fc.property(fc.array(op, { maxLength: 30 }), fc.array(op, { maxLength: 30 }), (before, afterwards) => {
+      let now = 1_000_000;
+      const old = new MemoryStore(() => now);
+      const run = (ops: typeof before) => {
+        for (const o of ops) {
+          if (o.kind === 'wait') now += o.ms;
+          else if (o.kind === 'acquire')
+            old.acquire(ask({ requests: buckets.filter((_, i) => o.which & (1 << i)), tokens: o.which & 4 ? tokenBuckets : [], cost: o.cost, concurrency: limits.filter((_, i) => o.which & (1 << i)), lease: `l${o.lease}` }));
+          else if (o.kind === 'settle')
+            old.settle(settlement({ lease: `l${o.lease}`, tokens: tokenBuckets, refund: o.refund, concurrency: limits.map((l) => l.id), spend: o.micros > 0 ? [{ id: budget.id, micros: o.micros, resetAt: budget.resetAt }] : [] }));
+          else old.renew([{ concurrency: limits.map((l) => l.id), lease: `l${o.lease}` }], 30_000);
+        }
+      };
+      run(before);
+      const next = new MemoryStore(() => now, JSON.parse(JSON.stringify(old.snapshot())));
+      old.follow(relay(next));
+      run(afterwards);
+      const [a, b] = [observed(old, now), observed(next, now)];
+      for (const id of Object.keys(a.levels)) assert.ok(Math.abs(a.levels[id]! - b.levels[id]!) < 1e-9, `${id}: ${a.levels[id]} ≠ ${b.levels[id]}`);
+      assert.deepEqual(b.spent, a.spent);
+      assert.deepEqual(b.leases, a.leases);
+    }),
+    { numRuns: 300 },
+  );
+});
