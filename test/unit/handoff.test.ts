@@ -108,3 +108,32 @@ test('a connection that cannot be sent is not kept (the caller passes it elsewhe
   assert.equal(other.pass(closed, 'x'), false);
   assert.equal(sent.length, 0);
 });
+
+test('property: every connection handed over ends exactly once: closed here once confirmed, or given back (refused, skipped, or unconfirmed at the close)', async () => {
+  const { default: fc } = await import('fast-check');
+  const op = fc.oneof(
+    fc.constant({ kind: 'pass' as const, id: 0 }),
+    fc.record({ kind: fc.constant('confirm' as const), id: fc.integer({ min: 0, max: 25 }) }),
+    fc.record({ kind: fc.constant('refuse' as const), id: fc.integer({ min: 0, max: 25 }) }),
+  );
+  fc.assert(
+    fc.property(fc.array(op, { maxLength: 40 }), (ops) => {
+      const { handoff, back } = channel();
+      const sockets: (Socket & { name: string })[] = [];
+      for (const o of ops) {
+        if (o.kind === 'pass') {
+          const socket = fakeSocket(String(sockets.length));
+          sockets.push(socket);
+          assert.equal(handoff.pass(socket, socket.name), true);
+        } else if (o.kind === 'confirm') handoff.confirmed(o.id);
+        else handoff.refused(o.id);
+      }
+      handoff.close();
+      assert.equal(handoff.backlog, 0);
+      const returned = back.map((r) => r.socket);
+      assert.equal(new Set(returned).size, returned.length, 'none given back twice');
+      for (const socket of sockets) assert.equal(socket.destroyed !== returned.includes(socket), true, `socket ${socket.name}: closed xor given back`);
+    }),
+    { numRuns: 500 },
+  );
+});
