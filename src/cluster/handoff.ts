@@ -14,7 +14,7 @@
 // Confirmations come in the order the connections were sent (the receiver confirms each as it
 // arrives, on one ordered channel), so one that skips an id means the connections before it never
 // arrived (node drops a message whose handle could not be received): they are given back too.
-import type { Socket } from 'node:net';
+import { Socket } from 'node:net';
 import { adoptHandle, handleOf } from '../server/handles.ts';
 
 /** A connection handed over and not yet confirmed, with what the sender passed along with it. */
@@ -104,6 +104,7 @@ export class ConnectionHandoff<T> {
  * dies before that has read nothing, and the sender hands the connection to another.
  */
 export function receiveHandoff(handle: object, confirm: (written: () => void) => void, take: (socket: Socket) => void): void {
-  const socket = adoptHandle(handle);
+  // (A socket already wrapped came from a sender that passes sockets, not bare handles.)
+  const socket = handle instanceof Socket ? handle : adoptHandle(handle);
   confirm(() => take(socket));
 }

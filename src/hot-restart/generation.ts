@@ -151,7 +151,7 @@ export class GenerationLink {
           state = message.state;
           keeper = message.keeper;
           // The previous generation's counters; its later changes follow (`limits` messages).
-          if (state.limits) limits = new MemoryStore(Date.now, state.limits);
+          if (state.limits) limits = carriedCounters(state.limits);
         } else if (message.type === 'limits' && limits) applyLimitChanges(limits, message);
         else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
         else if (message.type === 'sockets_done' && state) {
@@ -255,7 +255,27 @@ export class GenerationLink {
   }
 }
 
+/**
+ * A store started from the previous generation's counters. That generation may run another version
+ * of the program (a hot restart is how an upgrade is rolled out): counters it sent in a shape this
+ * one cannot read are left behind, and the store starts empty, rather than failing the start.
+ */
+function carriedCounters(state: NonNullable<CarriedState['limits']>): MemoryStore {
+  try {
+    return new MemoryStore(Date.now, state);
+  } catch {
+    return new MemoryStore();
+  }
+}
+
+/** The previous generation's changes; one this version cannot apply is skipped (see carriedCounters). */
 function applyLimitChanges(limits: MemoryStore, message: unknown): void {
   if (!isHotRestartMessage<ToGeneration>(message) || message.type !== 'limits' || !Array.isArray(message.changes)) return;
-  for (const change of message.changes) limits.apply(change);
+  for (const change of message.changes) {
+    try {
+      limits.apply(change);
+    } catch {
+      // Not a change this version knows: what it counted is lost, nothing else.
+    }
+  }
 }

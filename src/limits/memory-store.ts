@@ -182,10 +182,14 @@ export class MemoryStore implements LimitStore {
     clearTimeout(timer);
   }
 
+  /** Entries that are not what this version writes (another version's generation sent them) are left out. */
   #restore(state: MemoryState): void {
-    for (const [id, level, at, capacity] of state.buckets) this.#buckets.set(id, { level, at, capacity });
-    for (const [id, micros, resetAt] of state.spent) this.#spent.set(id, { micros, resetAt });
+    const text = (value: unknown): value is string => typeof value === 'string';
+    const finite = (...values: unknown[]) => values.every((v) => Number.isFinite(v));
+    for (const [id, level, at, capacity] of state.buckets) if (text(id) && finite(level, at, capacity)) this.#buckets.set(id, { level, at, capacity });
+    for (const [id, micros, resetAt] of state.spent) if (text(id) && finite(micros, resetAt)) this.#spent.set(id, { micros, resetAt });
     for (const [id, lease, until] of state.leases) {
+      if (!text(id) || !text(lease) || !finite(until)) continue;
       let held = this.#leases.get(id);
       if (!held) this.#leases.set(id, (held = new Map()));
       held.set(lease, until);

@@ -3,8 +3,8 @@
 // before its channel closed is given back, unread and open.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
-import { ConnectionHandoff, type Unconfirmed } from '../../src/cluster/handoff.ts';
+import { Socket } from 'node:net';
+import { ConnectionHandoff, receiveHandoff, type Unconfirmed } from '../../src/cluster/handoff.ts';
 
 /** A socket as the handoff sees it: a handle to send, and a copy that can be closed. */
 function fakeSocket(name: string): Socket & { name: string } {
@@ -136,4 +136,25 @@ test('property: every connection handed over ends exactly once: closed here once
     }),
     { numRuns: 500 },
   );
+});
+
+test('the receiver gives the connection to its listener only once its confirmation is written (nothing is read before)', () => {
+  const socket = new Socket();
+  const order: string[] = [];
+  let written: (() => void) | undefined;
+  receiveHandoff(
+    socket,
+    (done) => {
+      order.push('confirm');
+      written = done;
+    },
+    (taken) => {
+      order.push('take');
+      assert.equal(taken, socket, 'a socket already wrapped is used as it is');
+    },
+  );
+  assert.deepEqual(order, ['confirm']);
+  written!();
+  assert.deepEqual(order, ['confirm', 'take']);
+  socket.destroy();
 });

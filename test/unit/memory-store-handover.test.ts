@@ -172,3 +172,18 @@ test('property: whatever the old store does after the snapshot, the new one ends
     { numRuns: 300 },
   );
 });
+
+test('counters in a shape this version does not write (another version\'s generation) are left out, never kept as garbage', () => {
+  const now = 1_000_000;
+  const state = {
+    buckets: [['k:a:rpm', 0, now, 2], ['bad', 'x', now, 2], [7, 0, now, 2], ['nan', Number.NaN, now, 2]],
+    spent: [[budget.id, 50, budget.resetAt], ['bad', null, 0]],
+    leases: [[cc.id, 'held', now + 10_000], [cc.id, 'bad', 'soon']],
+  } as unknown as ConstructorParameters<typeof MemoryStore>[1];
+  const store = new MemoryStore(() => now, state);
+  assert.deepEqual(store.snapshot(), {
+    buckets: [['k:a:rpm', 0, now, 2]],
+    spent: [[budget.id, 50, budget.resetAt]],
+    leases: [[cc.id, 'held', now + 10_000]],
+  });
+});
