@@ -8,8 +8,9 @@ import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { SocketProvider } from '../server/sockets.ts';
-import { ConnectionDispatch, type DispatchTarget, type HeldLease } from './connection-dispatch.ts';
-import { ConnectionHandoff } from './handoff.ts';
+import { ConnectionDispatch } from './connection-dispatch.ts';
+import { answerLimit } from './supervisor-store.ts';
+import { workerTarget, type WorkerTarget } from './worker-target.ts';
 import type { BoundListener } from '../lifecycle/process-info.ts';
 import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
@@ -83,41 +84,6 @@ interface Retiring {
   readonly worker: Worker;
   readonly target: WorkerTarget | undefined;
   readonly release: (() => void) | undefined;
-}
-
-/** A worker as the connection dispatch sees it, with the connections handed to it and not yet confirmed. */
-interface WorkerTarget extends DispatchTarget {
-  readonly handoff: ConnectionHandoff<HeldLease>;
-}
-
-/**
- * The worker process as a dispatch target: each connection goes as a bare handle and stays this
- * process's until the worker confirms it (handoff.ts). Once the worker has exited and every message
- * it sent has been read (the process's 'close'; its 'disconnect' is not emitted while node still
- * waits for the dead worker to acknowledge a handle), what it did not confirm goes back to the
- * dispatch for another worker.
- */
-function workerTarget(worker: Worker): WorkerTarget {
-  const handoff = new ConnectionHandoff<HeldLease>(
-    (id, lease, handle) => {
-      if (!worker.isConnected()) return false;
-      try {
-        worker.send({ type: 'connection', lease: lease.id, handoff: id } satisfies ToWorker, handle as never);
-        return true;
-      } catch {
-        return false;
-      }
-    },
-    (returned) => returned.meta.returned(returned.socket),
-  );
-  worker.process.once('close', () => handoff.close());
-  return {
-    handoff,
-    pass: (socket, lease) => handoff.pass(socket, lease),
-    get backlog() {
-      return handoff.backlog;
-    },
-  };
 }
 
 /** How often the workers' memory and request counts are checked against `workers_recycle`. */
@@ -410,7 +376,7 @@ export class WorkerGroup {
         return;
       }
       case 'limit':
-        this.#limit(message, (reply) => this.#send(slot, reply));
+        answerLimit(this.#limits, message, (reply) => this.#send(slot, reply));
         return;
       case 'connection_taken':
         slot.target?.handoff.confirmed(message.handoff);
@@ -579,23 +545,9 @@ export class WorkerGroup {
     else if (message.type === 'socket_let_go') this.#dispatch?.letGo(target, message.lease);
     else if (message.type === 'connection_taken') target.handoff.confirmed(message.handoff);
     else if (message.type === 'connection_refused') target.handoff.refused(message.handoff);
-    else if (message.type === 'limit') this.#limit(message, (reply) => sendTo(worker, reply));
+    else if (message.type === 'limit') answerLimit(this.#limits, message, (reply) => sendTo(worker, reply));
   }
 
-  /** A worker's operation on the group's limit store (limits.store memory), answered with `reply`. */
-  #limit(message: Extract<FromWorker, { type: 'limit' }>, reply: (message: ToWorker) => void): void {
-    const { id } = message;
-    const fail = (error: unknown) => reply({ type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
-    const store = this.#limits;
-    if (!store) return fail('no limit store');
-    try {
-      const args = message.args as never[];
-      const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
-      Promise.resolve(result).then((value) => reply({ type: 'limit_reply', id, value }), fail);
-    } catch (error) {
-      fail(error);
-    }
-  }
 
   #send(slot: Slot, message: ToWorker): void {
     const worker = slot.worker;
