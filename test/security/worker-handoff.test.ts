@@ -104,7 +104,8 @@ test('a worker SIGKILLed while fresh connections are handed to it: every connect
       for (const o of beforeKill) assert.ok((o.outcome === 'answered' && o.status === 200) || (o.outcome === 'closed' && o.status === 0), `round ${round}: ${summary}`);
       const closed = beforeKill.filter((o) => o.outcome === 'closed').length;
       assert.ok(closed <= Math.ceil(KILL_AFTER / 2), `round ${round}: ${closed} closed, more than the killed worker could have taken: ${summary}`);
-      process.stdout.write(`# round ${round}: killed worker ${victim.worker}; ${outcomes.length - closed} answered, ${closed} closed (taken by the dead worker)\n`);
+      const last = Math.max(...outcomes.map((o) => o.at)) - killedAt!;
+      process.stdout.write(`# round ${round}: killed worker ${victim.worker}; ${outcomes.length - closed} answered, ${closed} closed (taken by the dead worker); the last ended ${last} ms after the kill\n`);
 
       // The worker is back, and nothing stays raised: no request, no connection, no descriptor.
       await gw.waitForLog((l) => l.event === 'worker_ready' && l.worker === victim.worker && l.worker_pid !== victim.pid, 15_000);
