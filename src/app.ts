@@ -45,8 +45,11 @@ export interface RunningGateway {
    * it could not be applied (already logged and counted; the previous config keeps serving).
    */
   reload(next: Config, trigger: string): Promise<boolean>;
-  /** E6a: the first half of `reload()`, for a worker that commits when its supervisor says so. */
-  prepareReload(next: Config, trigger: string): Promise<PreparedReload>;
+  /**
+   * E6a: the first half of `reload()`, for a worker that commits when its supervisor says so. Takes
+   * the whole config, like `reload()`: the process prepares its own part of it (`Supervision.own`).
+   */
+  prepareReload(nextFull: Config, trigger: string): Promise<PreparedReload>;
   /** Logs (`config_reload_failed`) and counts a reload that could not be applied. */
   reloadFailed(reason: string, fields?: object): void;
   /** A new config was refused: the last good one keeps serving. */
@@ -59,6 +62,8 @@ export interface RunningGateway {
   metricsJson(): Promise<MetricsJson>;
   /** Where each listener of this process listens (`host:port`, the port bound when 0 was asked). */
   boundListeners(): BoundListener[];
+  /** The limit counters this process holds in memory (limits.store memory; a supervisor's are its workers'), which a hot restart carries. */
+  readonly memoryLimits: MemoryStore | undefined;
 }
 
 /** A reload whose every fallible step has succeeded: nothing has switched yet. */
@@ -84,7 +89,10 @@ export interface GatewayOptions {
   configSource?: ConfigSourceControl;
   /** The config file's name, for the admin API's answer in file mode (none: the embedded default). */
   configFile?: string;
-  /** Where the limits' counters live, when not where `limits.store` says (a worker's: its supervisor's memory). */
+  /**
+   * Where the limits' counters live, when not where `limits.store` says: a worker's, its
+   * supervisor's memory; a generation's, the counters the previous one handed over (E7).
+   */
   limitStore?: LimitStore;
 }
 
@@ -431,7 +439,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
    * address and TLS-ness stay keeps its socket and only takes new protocol settings
    * (`prepareReconfigure`).
    */
-  async function prepareReload(next: Config, trigger: string): Promise<PreparedReload> {
+  async function prepareReload(nextFull: Config, trigger: string): Promise<PreparedReload> {
+    // A supervisor prepares its admin listeners, a worker its proxy ones; the line counts them all.
+    const next = supervision.own(nextFull);
     const release = await reloadTurn();
     const opened: Listener[] = [];
     let routing: Routing | undefined;
@@ -504,7 +514,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
             metrics.configLastReloadSuccessful.set(1);
             lastReload = { at: new Date().toISOString(), trigger, outcome: 'success' };
             logger.info(
-              { event: 'config_reloaded', trigger, listeners: next.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
+              { event: 'config_reloaded', trigger, listeners: nextFull.listeners.length, providers: next.providers.length, models: next.models.length, keys: next.keys.length },
               'configuration reloaded',
             );
           } finally {
@@ -534,7 +544,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     }
     let prepared: PreparedReload;
     try {
-      prepared = await prepareReload(supervision.own(nextFull), trigger);
+      prepared = await prepareReload(nextFull, trigger);
     } catch (error) {
       reloadFailed((error as Error).message, { trigger });
       return false;
@@ -575,5 +585,6 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     status,
     metricsJson: () => metrics.json(),
     boundListeners: () => listeners.map((l) => ({ name: l.name, role: l.role, address: l.boundAddress })),
+    memoryLimits: limiter.store instanceof MemoryStore ? limiter.store : undefined,
   };
 }

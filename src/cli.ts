@@ -197,6 +197,8 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
         ? {
             sockets: link.sockets,
             healthCheckFailed: link.state.healthCheckFailed,
+            // E7: the previous generation's memory counters, when this config keeps the memory store.
+            ...(link.limits && config.limits.store === 'memory' ? { limitStore: link.limits } : {}),
             hotRestart: { info: () => link.info(), request: (trigger: string) => link.requestRestart(trigger) },
           }
         : {}),

@@ -1,20 +1,23 @@
 // A worker process of `workers: N`: serves the proxy listeners (whose sockets the supervisor holds:
 // it passes each worker its share of the connections) and follows the supervisor's commands. It ignores signals: a terminal or
 // a service manager signals the whole process group, and the supervisor speaks for it.
-import { withListenersOf } from './config/schema.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
 import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
 import { SupervisorStore } from './cluster/supervisor-store.ts';
+import { workerShare } from './cluster/supervision.ts';
 import { GENERATION_ENV } from './hot-restart/messages.ts';
-import type { Socket } from 'node:net';
 
-function send(message: unknown): void {
+/** Sends to the supervisor; `written` is called once the message is written (or could not be). */
+function send(message: unknown, written?: () => void): void {
   try {
-    process.send?.(message);
+    if (!process.send) written?.();
+    else if (written) process.send(message, undefined, {}, () => written());
+    else process.send(message);
   } catch {
     // The supervisor is gone: the disconnect handler drains this worker.
+    written?.();
   }
 }
 
@@ -32,7 +35,7 @@ export async function runWorker(version: string): Promise<number> {
   const limits = new SupervisorStore(send);
   process.on('message', (message: unknown, passed: unknown) => {
     if (!isMessage<ToWorker>(message)) return;
-    if (message.type === 'connection') sockets.connection(message.lease, passed as Socket | undefined);
+    if (message.type === 'connection') sockets.connection(message.lease, message.handoff, passed as object | undefined);
     else if (message.type === 'limit_reply') limits.replied(message.id, message.value, message.error);
     else if (message.type === 'socket_acquired') sockets.acquired(message.lease, message.bound !== undefined ? { bound: message.bound } : { error: message.error ?? 'no socket', code: message.code });
     else if (message.type === 'start') onStart?.(message);
@@ -53,7 +56,7 @@ export async function runWorker(version: string): Promise<number> {
   try {
     // limits.store memory: the counters are the supervisor's, shared by the group.
     const limitStore = start.config.limits.store === 'memory' ? limits : undefined;
-    gateway = await startGateway(withListenersOf(start.config, 'proxy'), loggers, version, { announceReady: false, sockets, limitStore });
+    gateway = await startGateway(start.config, loggers, version, { supervision: workerShare, announceReady: false, sockets, limitStore });
   } catch (error) {
     logger.fatal({ event: 'start_failed', err: error }, `worker ${slot} could not start: ${(error as Error).message}`);
     flushLogger(logger);
@@ -95,12 +98,12 @@ export async function runWorker(version: string): Promise<number> {
       }
       case 'reload':
         // Failures are logged and counted by reload() itself.
-        void gw.reload(withListenersOf(message.config, 'proxy'), message.trigger);
+        void gw.reload(message.config, message.trigger);
         return;
       // E6a: prepare, answer, then switch or drop when the supervisor says (it waits for every worker).
       case 'reload_prepare': {
         const { id } = message;
-        gw.prepareReload(withListenersOf(message.config, 'proxy'), message.trigger).then(
+        gw.prepareReload(message.config, message.trigger).then(
           (prepared) => {
             const early = settledEarly.get(id);
             settledEarly.delete(id);

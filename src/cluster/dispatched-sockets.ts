@@ -1,10 +1,14 @@
 // A worker's side of the proxy sockets with `workers: N`: its listeners hold sockets that live in
 // the supervisor (see connection-dispatch.ts), which passes it the connections they accept. To a
 // listener this is a socket like any other (`SocketProvider`).
-import type { AddressInfo, Socket } from 'node:net';
+import type { AddressInfo } from 'node:net';
 import { parseAddress } from '../config/schema.ts';
 import type { ConnectionTaker, SocketLease, SocketProvider } from '../server/sockets.ts';
+import { receiveHandoff } from './handoff.ts';
 import type { FromWorker } from './messages.ts';
+
+/** Sends a message to the supervisor; `written` is called once it is written (or could not be). */
+export type SendToSupervisor = (message: FromWorker, written?: () => void) => void;
 
 interface Lease {
   taker: ConnectionTaker | undefined;
@@ -14,12 +18,12 @@ interface Lease {
 }
 
 export class DispatchedSockets implements SocketProvider {
-  readonly #send: (message: FromWorker) => void;
+  readonly #send: SendToSupervisor;
   readonly #leases = new Map<number, Lease>();
   readonly #pending = new Map<number, { resolve: (bound: string) => void; reject: (error: Error) => void }>();
   #next = 1;
 
-  constructor(send: (message: FromWorker) => void) {
+  constructor(send: SendToSupervisor) {
     this.#send = send;
   }
 
@@ -67,11 +71,21 @@ export class DispatchedSockets implements SocketProvider {
     else pending.reject(Object.assign(new Error(answer.error), { code: answer.code }));
   }
 
-  /** The supervisor passed a connection for `lease`. */
-  connection(lease: number, socket: Socket | undefined): void {
-    if (!socket) return;
-    const taker = this.#leases.get(lease)?.taker ?? this.#leases.get(lease)?.last;
-    if (taker) taker(socket);
-    else socket.destroy();
+  /**
+   * The supervisor passed a connection for `lease` (its bare handle): it is taken (confirmed before
+   * a byte of it is read), or refused when no listener here holds that socket any more (the
+   * supervisor passes it to another worker).
+   */
+  connection(lease: number, handoff: number, handle: object | undefined): void {
+    if (!handle) return;
+    const held = this.#leases.get(lease);
+    const taker = held?.taker ?? held?.last;
+    if (!taker) {
+      this.#send({ type: 'connection_refused', handoff });
+      // This process's copy of the descriptor; the supervisor's keeps the connection open.
+      (handle as { close?: () => void }).close?.();
+      return;
+    }
+    receiveHandoff(handle, (written) => this.#send({ type: 'connection_taken', handoff }, written), taker);
   }
 }

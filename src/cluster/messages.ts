@@ -22,8 +22,12 @@ export type ToWorker =
   | { type: 'query'; id: number; kind: QueryKind }
   /** The answer to `socket_acquire`: where the socket listens, or why it cannot be had. */
   | { type: 'socket_acquired'; lease: number; bound?: string; error?: string; code?: string | undefined }
-  /** A connection accepted on the socket of `lease` (the socket itself travels as the message's handle). */
-  | { type: 'connection'; lease: number }
+  /**
+   * A connection accepted on the socket of `lease` (its bare handle travels with the message). It
+   * stays the supervisor's until the worker answers `connection_taken` or `connection_refused`
+   * with the same `handoff` (handoff.ts).
+   */
+  | { type: 'connection'; lease: number; handoff: number }
   /** The answer to `limit`: the store's value, or why it failed. */
   | { type: 'limit_reply'; id: number; value?: unknown; error?: string };
 
@@ -42,6 +46,10 @@ export type FromWorker =
   /** The listener starts (or stops) taking the socket's connections. */
   | { type: 'socket_serve'; lease: number; serving: boolean }
   | { type: 'socket_let_go'; lease: number }
+  /** The connection `handoff` is this worker's now (sent before it reads a byte of it). */
+  | { type: 'connection_taken'; handoff: number }
+  /** The connection `handoff` is not (no listener of this worker holds its socket): the supervisor passes it on. */
+  | { type: 'connection_refused'; handoff: number }
   /** An operation on the supervisor's limit store (limits.store memory: one set of counters for the group). */
   | { type: 'limit'; id: number; op: LimitOperation; args: unknown[] };
 

@@ -77,6 +77,12 @@ export const oneProcess: Supervision = {
   stopped: async () => {},
 };
 
+/**
+ * A worker of a group: it is given the group's whole config and serves the proxy listeners of it
+ * (its supervisor keeps the admin ones); it supervises nothing.
+ */
+export const workerShare: Supervision = { ...oneProcess, own: (config) => withListenersOf(config, 'proxy') };
+
 /** How long a supervisor waits for its workers to exit once its own drain is over, before killing them. */
 const WORKER_EXIT_GRACE_MS = 5000;
 
@@ -113,8 +119,9 @@ export class GroupSupervision implements Supervision {
     return {
       commanded: (command) => workers.command(command),
       // O1: a supervisor's drain lines tell the group's numbers (its own are the admin listener's).
-      reportDrain: (report) => {
-        void workers.query<ProcessInfo>('info').then((replies) => {
+      // The lifecycle's process_exit waits for the line (the query is bounded by its timeout).
+      reportDrain: (report) =>
+        workers.query<ProcessInfo>('info').then((replies) => {
           if (report.event === 'drain_progress' && local.state === 'exited') return;
           const group = mergeGroupInfo(local.info(), replies);
           const waitingFor = { ...group.waiting_for!, window_secs_left: report.waiting_for.window_secs_left, workers: report.waiting_for.workers };
@@ -123,8 +130,7 @@ export class GroupSupervision implements Supervision {
             { ...report, in_flight: group.in_flight, open_connections: group.open_connections, waiting_for: waitingFor, probe_connections: group.probe_connections },
             `${what}: ${describeWaiting(waitingFor)}`,
           );
-        });
-      },
+        }),
     };
   }
 

@@ -2,7 +2,7 @@
 // that the workers of one instance share one set of counters (N workers must not allow N times a
 // limit). A supervisor that does not answer in time counts as a store that cannot be reached.
 import { StoreUnavailable, type Ask, type LimitStore, type Renewal, type Settlement, type Verdict } from '../limits/store.ts';
-import type { FromWorker, LimitOperation } from './messages.ts';
+import type { FromWorker, LimitOperation, ToWorker } from './messages.ts';
 
 const REPLY_TIMEOUT_MS = 2000;
 
@@ -71,5 +71,23 @@ export class SupervisorStore implements LimitStore {
         reject(new NotSent((error as Error).message));
       }
     });
+  }
+}
+
+/**
+ * The supervisor's side: a worker's operation on the group's store (`store`: limits.store memory;
+ * none otherwise), answered with `reply`, whether the worker serves in its slot or is being
+ * recycled.
+ */
+export function answerLimit(store: LimitStore | undefined, message: Extract<FromWorker, { type: 'limit' }>, reply: (message: ToWorker) => void): void {
+  const { id } = message;
+  const fail = (error: unknown) => reply({ type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
+  if (!store) return fail('no limit store');
+  try {
+    const args = message.args as never[];
+    const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
+    Promise.resolve(result).then((value) => reply({ type: 'limit_reply', id, value }), fail);
+  } catch (error) {
+    fail(error);
   }
 }

@@ -7,9 +7,10 @@ import cluster, { type Worker } from 'node:cluster';
 import type { Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
-import type { Socket } from 'node:net';
 import type { SocketProvider } from '../server/sockets.ts';
-import { ConnectionDispatch, type DispatchTarget } from './connection-dispatch.ts';
+import { ConnectionDispatch } from './connection-dispatch.ts';
+import { answerLimit } from './supervisor-store.ts';
+import { workerTarget, type WorkerTarget } from './worker-target.ts';
 import type { BoundListener } from '../lifecycle/process-info.ts';
 import { WORKER_SLOT_ENV, isMessage, type FromWorker, type QueryKind, type ReloadPrepared, type ToWorker } from './messages.ts';
 
@@ -72,7 +73,7 @@ interface Slot {
   /** Why the supervisor ended this worker during its start, for the exit line. */
   startProblem: string | undefined;
   /** The worker as the connection dispatch knows it (one per process). */
-  target: DispatchTarget | undefined;
+  target: WorkerTarget | undefined;
   /** The worker being recycled while its replacement (now `worker`) starts: it drains once that one serves. */
   replacing: Retiring | undefined;
 }
@@ -81,7 +82,7 @@ interface Slot {
 interface Retiring {
   readonly slot: number;
   readonly worker: Worker;
-  readonly target: DispatchTarget | undefined;
+  readonly target: WorkerTarget | undefined;
   readonly release: (() => void) | undefined;
 }
 
@@ -301,23 +302,13 @@ export class WorkerGroup {
     slot.hello = false;
     slot.queued = [];
     slot.startProblem = undefined;
-    slot.target = {
-      pass: (lease: number, socket: Socket) => {
-        if (!worker.isConnected()) return false;
-        try {
-          worker.send({ type: 'connection', lease } satisfies ToWorker, socket);
-          return true;
-        } catch {
-          return false;
-        }
-      },
-    };
+    const target = workerTarget(worker);
+    slot.target = target;
     slot.release = this.#supervisor!.hold();
-    const target = slot.target;
     worker.on('message', (message: unknown) => {
       if (!isMessage<FromWorker>(message)) return;
       // A recycled worker's sockets stay its own until it lets go of them.
-      if (slot.worker !== worker) this.#fromRetiring(target, message);
+      if (slot.worker !== worker) this.#fromRetiring(worker, target, message);
       else this.#received(slot, message);
     });
     // A worker that never serves must not leave the group "starting" in silence (a worker on
@@ -384,21 +375,15 @@ export class WorkerGroup {
         );
         return;
       }
-      case 'limit': {
-        const { id } = message;
-        const reply = (value: unknown) => this.#send(slot, { type: 'limit_reply', id, value });
-        const fail = (error: unknown) => this.#send(slot, { type: 'limit_reply', id, error: String((error as Error)?.message ?? error) });
-        const store = this.#limits;
-        if (!store) return fail('no limit store');
-        try {
-          const args = message.args as never[];
-          const result: unknown = message.op === 'acquire' ? store.acquire(args[0]!) : message.op === 'settle' ? store.settle(args[0]!) : message.op === 'renew' ? store.renew(args[0]!, args[1]!) : store.spent(args[0]!);
-          Promise.resolve(result).then(reply, fail);
-        } catch (error) {
-          fail(error);
-        }
+      case 'limit':
+        answerLimit(this.#limits, message, (reply) => this.#send(slot, reply));
         return;
-      }
+      case 'connection_taken':
+        slot.target?.handoff.confirmed(message.handoff);
+        return;
+      case 'connection_refused':
+        slot.target?.handoff.refused(message.handoff);
+        return;
       case 'socket_serve':
         this.#dispatch!.serve(slot.target!, message.lease, message.serving);
         return;
@@ -548,12 +533,21 @@ export class WorkerGroup {
     this.#checkAllExited();
   }
 
-  /** Messages of a recycled worker: it still asks about and lets go of its sockets. */
-  #fromRetiring(target: DispatchTarget | undefined, message: FromWorker): void {
-    if (!target || !this.#dispatch) return;
-    if (message.type === 'socket_serve') this.#dispatch.serve(target, message.lease, message.serving);
-    else if (message.type === 'socket_let_go') this.#dispatch.letGo(target, message.lease);
+  /**
+   * Messages of a worker no longer in its slot: a recycled one still serves and drains, so it
+   * confirms the connections it was passed, lets go of its sockets, and admits and settles its
+   * requests in the group's limit store (or what they cost would never be charged); one that
+   * exited may have confirmed connections or settled requests in its last messages, read after
+   * its exit.
+   */
+  #fromRetiring(worker: Worker, target: WorkerTarget, message: FromWorker): void {
+    if (message.type === 'socket_serve') this.#dispatch?.serve(target, message.lease, message.serving);
+    else if (message.type === 'socket_let_go') this.#dispatch?.letGo(target, message.lease);
+    else if (message.type === 'connection_taken') target.handoff.confirmed(message.handoff);
+    else if (message.type === 'connection_refused') target.handoff.refused(message.handoff);
+    else if (message.type === 'limit') answerLimit(this.#limits, message, (reply) => sendTo(worker, reply));
   }
+
 
   #send(slot: Slot, message: ToWorker): void {
     const worker = slot.worker;

@@ -32,6 +32,8 @@ export interface ConfigSizing {
   etcd: boolean;
   /** limits.store redis: usage is committed to Redis at the exit (≤ 5 s). */
   redisLimits: boolean;
+  /** limits.store memory with something to count (a limit, a key's limits or budget; in etcd mode, the keys to come). */
+  memoryLimits: boolean;
   /** The tracing exporter's flush bound at the exit, in seconds (0: no tracing). */
   tracingFlushSecs: number;
   /** An admin listener serves the status page (admin.status_page): its watchers are told at the exit (≤ 1 s). */
@@ -122,6 +124,9 @@ export function sizingFromConfig(config: Config): ConfigSizing {
     group: config.workers !== 1,
     etcd: config.etcd !== undefined,
     redisLimits: config.limits.store === 'redis',
+    memoryLimits:
+      config.limits.store === 'memory' &&
+      (config.etcd !== undefined || config.limits.global !== undefined || Object.keys(config.limits.models).length > 0 || config.keys.some((k) => typeof k !== 'string' && (k.limits !== undefined || k.budget !== undefined))),
     tracingFlushSecs,
     statusPage: config.admin.status_page && config.listeners.some((l) => l.role === 'admin'),
     hotRestart: config.hot_restart.enabled,
@@ -234,6 +239,11 @@ export function plan(c: ConfigSizing, flags: PlanFlags = {}): Plan {
   if (longestAssumed) result.notes.push(`longest work assumed ${DEFAULTS.longestSecs} s: give --longest-stream with the longest request, stream or WebSocket session a rollout must let finish`);
   if (!detectionGiven && platforms.includes('kubernetes')) result.notes.push(`balancer detection assumed ${interval} s × ${failures} (the readiness probe below); give --health-check-interval and --health-check-failures for a balancer with its own checks`);
   if (preStopSecs > 0 && !platforms.includes('kubernetes')) result.notes.push('preStop applies to Kubernetes only: TimeoutStopSec and docker stop -t leave it out');
+  if (c.memoryLimits) {
+    result.notes.push(
+      'limits.store memory: the counters (requests and tokens per minute, concurrency, budgets spent) are this instance\'s. A hot restart carries them to the next generation; a restart, a rolling update (a new pod) or another replica starts from zero. limits.store redis keeps them across those and shares them',
+    );
+  }
   return result;
 }
 

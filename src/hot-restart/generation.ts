@@ -7,6 +7,7 @@ import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import { ListenerSockets } from '../server/sockets.ts';
 import { adoptHandle, detachHandle } from '../server/handles.ts';
+import { MemoryStore, type MemoryChange, type MemoryFollower } from '../limits/memory-store.ts';
 import { GENERATION_ENV, isHotRestartMessage, type CarriedState, type FromGeneration, type HotRestartResult, type KeeperSettings, type ToGeneration } from './messages.ts';
 
 /** What /server_info tells of hot restart. */
@@ -24,11 +25,42 @@ export interface RetireSettings {
 
 function send(message: FromGeneration, handle?: Server | object, sent?: () => void): void {
   try {
-    if (handle) process.send?.(message, handle as Server, undefined, sent ? () => sent() : undefined);
-    else process.send?.(message);
+    if (!process.send) sent?.();
+    else if (handle || sent) process.send(message, handle as Server | undefined, undefined, sent ? () => sent() : undefined);
+    else process.send(message);
   } catch {
     // The keeper is gone: the disconnect handler drains this generation.
     sent?.();
+  }
+}
+
+/**
+ * The changes of this generation's memory store once it has handed its counters over, sent to the
+ * keeper for the next generation: gathered for a turn of the event loop and sent as one message.
+ */
+class LimitChanges implements MemoryFollower {
+  #pending: MemoryChange[] = [];
+  #scheduled = false;
+  #written: Promise<void> = Promise.resolve();
+
+  change(change: MemoryChange): void {
+    this.#pending.push(change);
+    if (this.#scheduled) return;
+    this.#scheduled = true;
+    setImmediate(() => this.#send());
+  }
+
+  flushed(): Promise<void> {
+    this.#send();
+    return this.#written;
+  }
+
+  #send(): void {
+    this.#scheduled = false;
+    if (this.#pending.length === 0) return;
+    const changes = this.#pending;
+    this.#pending = [];
+    this.#written = new Promise((resolve) => send({ type: 'limits', changes }, undefined, resolve));
   }
 }
 
@@ -67,6 +99,11 @@ export class GenerationLink {
   readonly state: CarriedState;
   /** The keeper's own `hot_restart` settings (read at its start; a generation's config cannot change them). */
   readonly keeper: KeeperSettings;
+  /**
+   * The previous generation's memory store counters (limits.store memory), kept up to date with
+   * the changes it still makes: this generation's store, when its config keeps the memory store.
+   */
+  readonly limits: MemoryStore | undefined;
   #last: HotRestartInfo['last'] = null;
   #gateway: RunningGateway | undefined;
   /** SIGTERM, SIGINT and SIGHUP, passed on by the keeper once this generation serves. */
@@ -76,12 +113,15 @@ export class GenerationLink {
     if (toldToGiveUp(message)) void this.giveUp('told by the keeper');
   };
 
-  private constructor(generation: number, sockets: ListenerSockets, state: CarriedState, keeper: KeeperSettings) {
+  private constructor(generation: number, sockets: ListenerSockets, state: CarriedState, keeper: KeeperSettings, limits: MemoryStore | undefined) {
     this.generation = generation;
     this.sockets = sockets;
-    this.state = state;
+    // The counters live in `limits` from now on; the state keeps no copy of them.
+    this.state = { ...state, limits: undefined };
     this.keeper = keeper;
+    this.limits = limits;
     process.on('message', this.#startUp);
+    if (limits) process.on('message', (message: unknown) => applyLimitChanges(limits, message));
   }
 
   /** E7: this generation will not serve: see `giveBack`. */
@@ -102,6 +142,7 @@ export class GenerationLink {
     return new Promise((resolve) => {
       let state: CarriedState | undefined;
       let keeper: KeeperSettings | undefined;
+      let limits: MemoryStore | undefined;
       const onMessage = (message: unknown, handle: unknown) => {
         if (!isHotRestartMessage<ToGeneration>(message)) return;
         // Told to stop before it could serve: what it adopted so far may have accepted connections.
@@ -109,13 +150,15 @@ export class GenerationLink {
         if (message.type === 'inherit') {
           state = message.state;
           keeper = message.keeper;
-        }
+          // The previous generation's counters; its later changes follow (`limits` messages).
+          if (state.limits) limits = carriedCounters(state.limits);
+        } else if (message.type === 'limits' && limits) applyLimitChanges(limits, message);
         else if (message.type === 'socket' && handle) sockets.adopt(message.handed, handle as Server);
         else if (message.type === 'sockets_done' && state) {
           process.off('message', onMessage);
           process.off('disconnect', onGone);
           // From here until it serves, the link itself listens for a keeper that gives up on it.
-          resolve(new GenerationLink(generation, sockets, state, keeper ?? { start_timeout_secs: 0 }));
+          resolve(new GenerationLink(generation, sockets, state, keeper ?? { start_timeout_secs: 0 }, limits));
         }
       };
       const onGone = () => resolve(undefined);
@@ -159,11 +202,16 @@ export class GenerationLink {
   #handle(message: ToGeneration, handle: unknown, metrics: Metrics, log: Logger, settings: () => RetireSettings): void {
     const gateway = this.#gateway!;
     switch (message.type) {
-      case 'hand_over':
-        send({ type: 'state', state: { healthCheckFailed: gateway.lifecycle.healthCheckFailed } });
+      case 'hand_over': {
+        // The memory store's counters go with the state, and every change it makes from now on
+        // follows them (until this generation exits, or the restart fails).
+        const counters = gateway.memoryLimits;
+        send({ type: 'state', state: { healthCheckFailed: gateway.lifecycle.healthCheckFailed, limits: counters?.snapshot() } });
+        counters?.follow(new LimitChanges());
         for (const { handed, server } of this.sockets.handOver()) send({ type: 'socket', handed }, server);
         send({ type: 'sockets_done' });
         return;
+      }
       case 'connection': {
         if (!handle) return;
         const socket = adoptHandle(handle);
@@ -188,6 +236,8 @@ export class GenerationLink {
         return;
       case 'restart_result': {
         this.#last = { result: message.result, reason: message.reason ?? null, generation: message.generation, at: new Date().toISOString() };
+        // The next generation is gone: this one keeps its counters to itself again.
+        if (message.result !== 'success') gateway.memoryLimits?.follow(undefined);
         for (const [result, total] of Object.entries(message.totals)) {
           const now = this.state.hotRestarts[result as HotRestartResult];
           if (total > now) metrics.hotRestarts.labels(result).inc(total - now);
@@ -198,7 +248,34 @@ export class GenerationLink {
       case 'inherit':
       case 'socket':
       case 'sockets_done':
+      // Applied by the listener the link set up at its start.
+      case 'limits':
         return;
+    }
+  }
+}
+
+/**
+ * A store started from the previous generation's counters. That generation may run another version
+ * of the program (a hot restart is how an upgrade is rolled out): counters it sent in a shape this
+ * one cannot read are left behind, and the store starts empty, rather than failing the start.
+ */
+function carriedCounters(state: NonNullable<CarriedState['limits']>): MemoryStore {
+  try {
+    return new MemoryStore(Date.now, state);
+  } catch {
+    return new MemoryStore();
+  }
+}
+
+/** The previous generation's changes; one this version cannot apply is skipped (see carriedCounters). */
+function applyLimitChanges(limits: MemoryStore, message: unknown): void {
+  if (!isHotRestartMessage<ToGeneration>(message) || message.type !== 'limits' || !Array.isArray(message.changes)) return;
+  for (const change of message.changes) {
+    try {
+      limits.apply(change);
+    } catch {
+      // Not a change this version knows: what it counted is lost, nothing else.
     }
   }
 }

@@ -30,6 +30,8 @@ interface Generation {
   hello: boolean;
   readonly startedAt: number;
   readonly exited: Promise<number>;
+  /** The generation its limit counters were handed to: its later changes go there. */
+  heir: Generation | undefined;
 }
 
 /** How long a generation that was told to stop may take before it is killed. */
@@ -92,7 +94,9 @@ export class Keeper {
       if (!isHotRestartMessage<FromGeneration>(message) || this.#next !== next) return;
       if (message.type === 'state') {
         this.#state.healthCheckFailed = message.state.healthCheckFailed;
-        this.#send(next, { type: 'inherit', state: this.#state, keeper: this.#settings() });
+        // The counters go to the next generation only; the changes that follow them go there too.
+        old.heir = next;
+        this.#send(next, { type: 'inherit', state: { ...this.#state, limits: message.state.limits }, keeper: this.#settings() });
       } else if (message.type === 'socket' && handle) this.#relay(old, next, message.handed, handle as Server);
       else if (message.type === 'sockets_done') {
         old.child.off('message', onOld);
@@ -212,6 +216,7 @@ export class Keeper {
       hello: false,
       startedAt: Date.now(),
       exited: new Promise<number>((resolve) => (resolveExit = resolve)),
+      heir: undefined,
     };
     this.#generations.add(generation);
     child.on('message', (message: unknown, handle: unknown) => {
@@ -219,6 +224,8 @@ export class Keeper {
       if (message.type === 'hello') generation.hello = true;
       else if (message.type === 'restart') this.restart(message.trigger);
       else if (message.type === 'connection_back' && handle) this.#handBack(generation, message.bound, handle);
+      // In order after the `state` that carried the counters: the heir applies them after its snapshot.
+      else if (message.type === 'limits' && generation.heir && generation.heir.state !== 'exited') this.#send(generation.heir, message);
     });
     child.on('error', () => {});
     child.on('exit', (code, signal) => {

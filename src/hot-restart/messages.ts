@@ -2,6 +2,7 @@
 // each other over IPC during a hot restart (E7). Listening sockets and accepted connections travel
 // as the messages' handles.
 import type { HandedSocket } from '../server/sockets.ts';
+import type { MemoryChange, MemoryState } from '../limits/memory-store.ts';
 
 /** The environment variable that makes a process a generation under a keeper, and says which. */
 export const GENERATION_ENV = 'SLUICE_GENERATION';
@@ -14,6 +15,11 @@ export interface CarriedState {
   healthCheckFailed: boolean;
   /** `sluice_hot_restarts_total` by result, since the keeper started. */
   hotRestarts: Record<HotRestartResult, number>;
+  /**
+   * The memory store's counters (limits.store memory) at the hand-over; the changes the old
+   * generation makes after it follow as `limits` messages. Not kept by the keeper.
+   */
+  limits?: MemoryState | undefined;
 }
 
 export function noCarriedState(): CarriedState {
@@ -46,13 +52,17 @@ export type ToGeneration =
   /** The restart failed or the keeper stops before this generation served: give back what you accepted, and exit. */
   | { type: 'abort' }
   /** A hot restart ended: the totals to report. */
-  | { type: 'restart_result'; result: HotRestartResult; reason?: string | undefined; generation: number; totals: CarriedState['hotRestarts'] };
+  | { type: 'restart_result'; result: HotRestartResult; reason?: string | undefined; generation: number; totals: CarriedState['hotRestarts'] }
+  /** Changes the previous generation's memory store made after its snapshot, to make here too. */
+  | { type: 'limits'; changes: MemoryChange[] };
 
 /** Generation → keeper. */
 export type FromGeneration =
   | { type: 'hello' }
   | { type: 'ready'; version: string }
-  | { type: 'state'; state: Pick<CarriedState, 'healthCheckFailed'> }
+  | { type: 'state'; state: Pick<CarriedState, 'healthCheckFailed' | 'limits'> }
+  /** Changes this generation's memory store made since it handed its counters over: for the next generation. */
+  | { type: 'limits'; changes: MemoryChange[] }
   | { type: 'socket'; handed: HandedSocket }
   | { type: 'sockets_done' }
   /** Start a hot restart (the admin API reached this generation). */

@@ -117,9 +117,10 @@ export interface LifecycleHooks {
   commanded?(command: LifecycleCommand): void;
   /**
    * Writes a drain_started / drain_progress line (default: logged as it is). A supervisor adds its
-   * workers' numbers first.
+   * workers' numbers first: it returns a promise, settled once the line is written, and the
+   * `process_exit` line waits for it (so that it stays the process's last).
    */
-  reportDrain?(report: DrainReport, message: string): void;
+  reportDrain?(report: DrainReport, message: string): void | Promise<void>;
 }
 
 export interface DrainSettings {

@@ -51,6 +51,8 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   readonly #moments: DrainMoment[] = [];
   readonly #done: Promise<number>;
   #resolveDone: ((code: number) => void) | undefined;
+  /** Drain lines a `reportDrain` hook is still writing (O1: before process_exit). */
+  readonly #reporting = new Set<Promise<void>>();
   #onConnectionAccepted: ((connection: TrackedConnection) => void) | undefined;
   #onConnectionClosed: ((connection: TrackedConnection, reason: string) => void) | undefined;
   #onConnectionRejected: ((listener: string) => void) | undefined;
@@ -459,8 +461,12 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   /** A drain line: the message says what the drain waits for, in words (O1). */
   #report(fields: DrainReport, what: string): void {
     const message = `${what}: ${describeWaiting(fields.waiting_for)}`;
-    if (this.#hooks.reportDrain) this.#hooks.reportDrain(fields, message);
-    else this.#log.info(fields, message);
+    if (!this.#hooks.reportDrain) return this.#log.info(fields, message);
+    const written = this.#hooks.reportDrain(fields, message);
+    if (!written) return;
+    this.#reporting.add(written);
+    const done = () => void this.#reporting.delete(written);
+    written.then(done, done);
   }
 
   #connectionAccepted(connection: TrackedConnection): void {
@@ -558,15 +564,19 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
     const code = forced ? 1 : 0;
     // A forced end leaves nothing open behind it, whatever its protocol.
     if (forced) for (const connection of this.connections.all()) this.connections.destroy(connection, 'drain_forced');
-    this.#log.info(
-      { event: 'process_exit', exit_code: code, drain_duration_secs: round(this.drainSeconds()), forced: this.#forced ?? null },
-      'process exiting',
-    );
+    const exitLine = { event: 'process_exit', exit_code: code, drain_duration_secs: round(this.drainSeconds()), forced: this.#forced ?? null };
     const resolve = this.#resolveDone;
-    this.#hooks.shutdown(forced).then(
-      () => resolve?.(code),
-      () => resolve?.(code === 0 ? 1 : code),
-    );
+    const exit = () => {
+      this.#log.info(exitLine, 'process exiting');
+      this.#hooks.shutdown(forced).then(
+        () => resolve?.(code),
+        () => resolve?.(code === 0 ? 1 : code),
+      );
+    };
+    // O1: process_exit is the last line: a drain line still being written (a supervisor asking its
+    // workers for the group's numbers, bounded by that query's timeout) goes first.
+    if (this.#reporting.size === 0) exit();
+    else void Promise.allSettled([...this.#reporting]).then(exit);
   }
 }
 

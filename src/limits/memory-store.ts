@@ -1,8 +1,41 @@
 // The counters in this process's memory: exact for one process. With workers, the supervisor holds
 // the one MemoryStore and the workers ask it over IPC (supervisor-store.ts), so that N workers do
 // not allow N times a limit. Leases expire as in Redis, so a worker that dies gives its places back.
+//
+// A hot restart carries the counters to the next generation (E7): the old one's `snapshot()` at the
+// hand-over starts the new one's store, and from then on every change the old one makes (what it
+// still admits, settles and renews while it serves and drains) is given to its `follower` and
+// applied to the new one's store (`apply`): spend, buckets and the leases of its requests in flight
+// end up there as they would have in one store.
 import { admits, fullInMs, levelAt, waitMs, type BucketState } from './bucket.ts';
 import type { Ask, BucketReading, LimitStore, Renewal, Settlement, Verdict } from './store.ts';
+
+/** Every counter of a store, as plain data (it crosses IPC as JSON). */
+export interface MemoryState {
+  /** id, level, at (epoch ms), capacity. */
+  buckets: [string, number, number, number][];
+  /** id, micro-dollars, resetAt (epoch ms). */
+  spent: [string, number, number][];
+  /** Concurrency limit id, lease id, held until (epoch ms). */
+  leases: [string, string, number][];
+}
+
+/** One change a store made, to make in another (a hot restart's next generation). */
+export type MemoryChange =
+  /** An acquire that was let through: what it took (budgets are only checked, never taken). */
+  | { op: 'take'; ask: Ask }
+  | { op: 'settle'; settlement: Settlement }
+  | { op: 'renew'; renewals: readonly Renewal[]; leaseMs: number };
+
+/** Where a store's changes go once it has handed its counters over. */
+export interface MemoryFollower {
+  change(change: MemoryChange): void;
+  /** Resolves once every change given so far is on its way (the store closes after it). */
+  flushed(): Promise<void>;
+}
+
+/** How long `close()` waits for the follower to take the last changes. */
+const FOLLOWER_FLUSH_MS = 2000;
 
 /** Budget counters are kept this long after their period ends, then dropped. */
 const BUDGET_KEEP_MS = 24 * 3600_000;
@@ -16,10 +49,42 @@ export class MemoryStore implements LimitStore {
   readonly #spent = new Map<string, { micros: number; resetAt: number }>();
   readonly #now: () => number;
   #swept: number;
+  #follower: MemoryFollower | undefined;
 
-  constructor(now: () => number = Date.now) {
+  /** `state`: the counters to start from (a previous generation's, at a hot restart). */
+  constructor(now: () => number = Date.now, state?: MemoryState) {
     this.#now = now;
     this.#swept = now();
+    if (state) this.#restore(state);
+  }
+
+  /** Every counter, for the next generation to start from. */
+  snapshot(): MemoryState {
+    const leases: MemoryState['leases'] = [];
+    for (const [id, held] of this.#leases) for (const [lease, until] of held) leases.push([id, lease, until]);
+    return {
+      buckets: [...this.#buckets].map(([id, b]) => [id, b.level, b.at, b.capacity]),
+      spent: [...this.#spent].map(([id, e]) => [id, e.micros, e.resetAt]),
+      leases,
+    };
+  }
+
+  /** From now on every change (this store's own and those it applies) also goes to `follower`; undefined: no more. */
+  follow(follower: MemoryFollower | undefined): void {
+    this.#follower = follower;
+  }
+
+  /**
+   * A change another store made (the previous generation, after its snapshot): made here too,
+   * whatever the limits say (it was let through there), and passed on to this store's follower.
+   */
+  apply(change: MemoryChange): void {
+    if (change.op === 'settle') return this.settle(change.settlement);
+    if (change.op === 'renew') return this.renew(change.renewals, change.leaseMs);
+    const now = this.#now();
+    const levels = (buckets: Ask['requests']) => buckets.map((b) => levelAt(this.#buckets.get(b.id), b.capacity, now));
+    this.#take(change.ask, now, levels(change.ask.requests), levels(change.ask.tokens));
+    this.#follower?.change(change);
   }
 
   acquire(ask: Ask): Verdict {
@@ -53,6 +118,17 @@ export class MemoryStore implements LimitStore {
       if (held !== undefined && held.size >= limit.max) return refuse('concurrent', i, Math.max(1, Math.min(...held.values()) - now));
     }
     // Every limit admits: take from all of them.
+    this.#take(ask, now, requestLevels, tokenLevels);
+    this.#follower?.change({ op: 'take', ask });
+    return { ok: true, requests: readings(ask.requests, requestLevels), tokens: readings(ask.tokens, tokenLevels) };
+  }
+
+  /**
+   * Takes a request from each request bucket, the cost from each token bucket (their levels now,
+   * in `requestLevels` and `tokenLevels`, which are left as the buckets are), and a lease in each
+   * concurrency limit.
+   */
+  #take(ask: Ask, now: number, requestLevels: number[], tokenLevels: number[]): void {
     ask.requests.forEach((b, i) => this.#buckets.set(b.id, { level: (requestLevels[i]! -= 1), at: now, capacity: b.capacity }));
     ask.tokens.forEach((b, i) => this.#buckets.set(b.id, { level: (tokenLevels[i]! -= ask.cost), at: now, capacity: b.capacity }));
     for (const limit of ask.concurrency) {
@@ -60,7 +136,6 @@ export class MemoryStore implements LimitStore {
       if (!held) this.#leases.set(limit.id, (held = new Map()));
       held.set(ask.lease, now + ask.leaseMs);
     }
-    return { ok: true, requests: readings(ask.requests, requestLevels), tokens: readings(ask.tokens, tokenLevels) };
   }
 
   settle(s: Settlement): void {
@@ -78,23 +153,48 @@ export class MemoryStore implements LimitStore {
       if (entry) entry.micros += micros;
       else this.#spent.set(id, { micros, resetAt });
     }
+    this.#follower?.change({ op: 'settle', settlement: s });
   }
 
+  /** Moves on the leases still held; one already expired stays expired (its place may have been given away). */
   renew(renewals: readonly Renewal[], leaseMs: number): void {
-    const until = this.#now() + leaseMs;
+    const now = this.#now();
+    const until = now + leaseMs;
     for (const r of renewals) {
       for (const id of r.concurrency) {
         const held = this.#leases.get(id);
-        if (held?.has(r.lease)) held.set(r.lease, until);
+        if (held !== undefined && (held.get(r.lease) ?? 0) > now) held.set(r.lease, until);
       }
     }
+    this.#follower?.change({ op: 'renew', renewals, leaseMs });
   }
 
   async spent(ids: readonly string[]): Promise<number[]> {
     return ids.map((id) => this.#spent.get(id)?.micros ?? 0);
   }
 
-  async close(): Promise<void> {}
+  /** The last changes reach the follower (bounded): a generation that exits leaves its usage counted. */
+  async close(): Promise<void> {
+    const follower = this.#follower;
+    if (!follower) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([follower.flushed(), new Promise<void>((resolve) => (timer = setTimeout(resolve, FOLLOWER_FLUSH_MS)))]);
+    clearTimeout(timer);
+  }
+
+  /** Entries that are not what this version writes (another version's generation sent them) are left out. */
+  #restore(state: MemoryState): void {
+    const text = (value: unknown): value is string => typeof value === 'string';
+    const finite = (...values: unknown[]) => values.every((v) => Number.isFinite(v));
+    for (const [id, level, at, capacity] of state.buckets) if (text(id) && finite(level, at, capacity)) this.#buckets.set(id, { level, at, capacity });
+    for (const [id, micros, resetAt] of state.spent) if (text(id) && finite(micros, resetAt)) this.#spent.set(id, { micros, resetAt });
+    for (const [id, lease, until] of state.leases) {
+      if (!text(id) || !text(lease) || !finite(until)) continue;
+      let held = this.#leases.get(id);
+      if (!held) this.#leases.set(id, (held = new Map()));
+      held.set(lease, until);
+    }
+  }
 
   /** A limit's leases, the expired ones dropped (a process that died holding them). */
   #live(id: string, now: number): Map<string, number> | undefined {

@@ -349,3 +349,43 @@ test('L4: over TLS with HTTP/2 (ALPN) too: each worker serves its sessions, and 
     await gw.stop();
   }
 });
+
+test('O1: the supervisor logs its drain_started (the group\'s sums) before its process_exit, which is its last line, even when the group exits at once', async () => {
+  // No window and nothing in flight: the workers exit as soon as they are told to drain, which may
+  // be before they answer the supervisor's query for the group's numbers.
+  for (let round = 0; round < 4; round++) {
+    const gw = await startGateway({ config: config({ shutdown: { min_drain_secs: 0 } }) });
+    try {
+      gw.signal('SIGTERM');
+      assert.equal((await gw.exited).code, 0, gw.stderr());
+      const own = gw.logs.filter((l) => l.worker === undefined && typeof l.event === 'string');
+      const events = own.map((l) => l.event);
+      const started = events.indexOf('drain_started');
+      assert.ok(started >= 0, `the supervisor logged drain_started: ${events.join(', ')}`);
+      assert.ok(started < events.indexOf('process_exit'), `drain_started before process_exit: ${events.join(', ')}`);
+      assert.equal(events.at(-1), 'process_exit', `process_exit is the supervisor's last line: ${events.join(', ')}`);
+      assert.equal(own[started]!.in_flight, 0);
+    } finally {
+      await gw.stop();
+    }
+  }
+});
+
+test('O1: config_reloaded counts every listener of the group (admin and proxy) in every process', async () => {
+  const listeners = [
+    { name: 'proxy', address: `127.0.0.1:${await freePort()}`, role: 'proxy' },
+    { name: 'admin', address: `127.0.0.1:${await freePort()}`, role: 'admin' },
+  ];
+  const gw = await startGateway({ config: config({ listeners, reload: { watch: false } }) });
+  try {
+    writeFileSync(gw.configFile, stringify(config({ listeners, keys: ['sk-client-0123456789'], reload: { watch: false } })));
+    gw.signal('SIGHUP');
+    const lines = (await eventually(() => {
+      const found = gw.logs.filter((l) => l.event === 'config_reloaded');
+      return found.length === 3 ? found : undefined;
+    }, 10_000, 'config_reloaded in all three processes'))!;
+    assert.deepEqual(lines.map((l) => [l.worker ?? 'supervisor', l.listeners, l.keys]).sort(), [[1, 2, 1], [2, 2, 1], ['supervisor', 2, 1]]);
+  } finally {
+    await gw.stop();
+  }
+});

@@ -74,3 +74,44 @@ export function closedAt(socket: Socket): Promise<number> {
     else socket.once('close', () => resolve(Date.now()));
   });
 }
+
+/** How a raw exchange ended: a whole response, a close (or reset) before any, or neither by its deadline. */
+export interface RawOutcome {
+  outcome: 'answered' | 'closed' | 'hung';
+  /** The response's status (0: none). */
+  status: number;
+  /** When it ended (Date.now()), or the deadline for `hung`. */
+  at: number;
+}
+
+/**
+ * Opens a new connection, writes `request` (raw HTTP/1.1, which should carry `Connection: close`)
+ * at once, and resolves when the server has closed it: `answered` when a response status line came
+ * before the close, `closed` when the connection ended (FIN or reset) without one, `hung` when it
+ * was still open at `deadline` (epoch ms; then it is destroyed).
+ */
+export function rawExchange(url: string, request: string, deadline: () => number): Promise<RawOutcome> {
+  const { hostname, port } = new URL(url);
+  return new Promise((resolve) => {
+    let received = '';
+    let settled = false;
+    const socket = connect({ host: hostname, port: Number(port) });
+    const end = (outcome: RawOutcome['outcome']) => {
+      if (settled) return;
+      settled = true;
+      clearInterval(watch);
+      const status = /^HTTP\/1\.1 (\d{3}) /.exec(received);
+      resolve({ outcome: outcome === 'closed' && status ? 'answered' : outcome, status: status ? Number(status[1]) : 0, at: outcome === 'hung' ? deadline() : Date.now() });
+      socket.destroy();
+    };
+    // The deadline may move (it is set once the moment it counts from is known).
+    const watch = setInterval(() => {
+      if (Date.now() > deadline()) end('hung');
+    }, 20);
+    socket.setEncoding('latin1');
+    socket.on('data', (chunk: string) => (received += chunk));
+    socket.on('error', () => {});
+    socket.on('close', () => end('closed'));
+    socket.write(request);
+  });
+}

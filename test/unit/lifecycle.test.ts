@@ -116,7 +116,7 @@ function watch<T>(promise: Promise<T>): { settled: boolean; value: T | undefined
 
 function setup(
   settings: Partial<DrainSettings> = {},
-  options: { shutdown?: () => Promise<void>; serving?: boolean; commanded?: LifecycleHooks['commanded'] } = {},
+  options: { shutdown?: () => Promise<void>; serving?: boolean; commanded?: LifecycleHooks['commanded']; reportDrain?: LifecycleHooks['reportDrain'] } = {},
 ) {
   const clock = new ManualClock();
   const logs: LogLine[] = [];
@@ -136,6 +136,7 @@ function setup(
       return options.shutdown ? options.shutdown() : Promise.resolve();
     },
     commanded: options.commanded,
+    ...(options.reportDrain ? { reportDrain: options.reportDrain } : {}),
   };
   const record = (level: LogLine['level']) => (fields: object, message: string) => {
     const line = { level, fields: fields as Record<string, unknown>, message };
@@ -935,6 +936,33 @@ describe('O1 logs', () => {
     const [exit] = t.events('process_exit');
     assert.ok(exit);
     assert.deepEqual(exit.fields, { event: 'process_exit', exit_code: 0, drain_duration_secs: 4.25, forced: null });
+  });
+
+  test('O1: process_exit waits for a drain line still being written (a supervisor asking its workers for the group\'s numbers), and stays the last line', async () => {
+    const written = deferred();
+    const lines: string[] = [];
+    const t = setup({ minDrainSecs: 0 }, { reportDrain: (report) => written.promise.then(() => void lines.push(report.event)) });
+    const done = watch(t.lifecycle.drain('SIGTERM'));
+    await settle();
+    // Nothing in flight and no window: the drain is over at once, but its first line is not written yet.
+    assert.equal(t.lifecycle.state, 'exited');
+    assert.deepEqual(t.events('process_exit'), []);
+    assert.equal(t.shutdownCalls, 0);
+    assert.equal(done.settled, false);
+    written.resolve();
+    await settle();
+    assert.deepEqual(lines, ['drain_started']);
+    assert.equal(t.events('process_exit').length, 1);
+    assert.deepEqual(t.order.slice(-2), ['log:process_exit', 'shutdown']);
+    assert.equal(done.settled, true);
+    assert.equal(done.value, 0);
+  });
+
+  test('O1: without such a line (one process), process_exit and the shutdown follow the drain at once', () => {
+    const t = setup({ minDrainSecs: 0 });
+    void t.lifecycle.drain('SIGTERM');
+    assert.equal(t.events('process_exit').length, 1);
+    assert.equal(t.shutdownCalls, 1);
   });
 
   test('O1: connection_accepted_while_draining names the listener and the peer, at its first request; not logged while serving', () => {

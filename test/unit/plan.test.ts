@@ -12,6 +12,7 @@ const base: ConfigSizing = {
   group: false,
   etcd: false,
   redisLimits: false,
+  memoryLimits: false,
   tracingFlushSecs: 0,
   statusPage: false,
   hotRestart: false,
@@ -106,5 +107,20 @@ describe('sizingFromConfig', () => {
       false,
     );
     assert.equal(sizingFromConfig(parseConfig('listeners: [{ name: p, address: ":80", role: proxy }]', 't', {})).group, true, 'workers auto may be a group');
+  });
+
+  test('memory counters: noted when there is something to count, since only a hot restart carries them', () => {
+    const sizing = (extra: string) => sizingFromConfig(parseConfig(`listeners: [{ name: p, address: ":80", role: proxy }]\n${extra}`, 't', {}));
+    assert.equal(sizing('').memoryLimits, false, 'nothing to count');
+    assert.equal(sizing('keys: [{ name: a, key: sk-0123456789abcdef }]').memoryLimits, false, 'a key without limits or budget');
+    assert.equal(sizing('keys: [{ name: a, key: sk-0123456789abcdef, budget: { usd: 5, period: day } }]').memoryLimits, true);
+    assert.equal(sizing('limits: { global: { rpm: 100 } }').memoryLimits, true);
+    assert.equal(sizing('limits: { models: { m: { tpm: 1000 } } }').memoryLimits, true);
+    assert.equal(sizing('limits: { store: redis, redis: { url: "redis://127.0.0.1:6379" }, global: { rpm: 100 } }').memoryLimits, false, 'Redis keeps them');
+    const noted = plan({ ...base, memoryLimits: true }).notes.filter((n) => n.startsWith('limits.store memory'));
+    assert.equal(noted.length, 1);
+    assert.match(noted[0]!, /hot restart carries them/);
+    assert.match(noted[0]!, /rolling update/);
+    assert.deepEqual(plan(base).notes.filter((n) => n.startsWith('limits.store memory')), []);
   });
 });
