@@ -14,9 +14,9 @@ import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { readBody } from '../server/body.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { GatewayError } from '../api/errors.ts';
-import { modelTargets, type Config } from '../config/schema.ts';
+import { modelTargets, type Config, type ModelConfig } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
-import { checkResource, isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
+import { isResourceKind, jsonSyntaxProblem, missingProvider, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
 
@@ -65,7 +65,7 @@ export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, s
     work = rotateKey(env, ctx, name, who);
   } else if (method === 'GET') {
     const found = env.store.get(kind, name);
-    work = Promise.resolve(found ? { status: 200, body: { item: present(found), revision: found.revision }, etag: found.revision } : { error: notFound(kind, name) });
+    work = Promise.resolve(found ? { status: 200, body: { item: present(found, env.store.mode === 'etcd'), revision: found.revision }, etag: found.revision } : { error: notFound(kind, name) });
   } else if (method === 'PUT') work = withBody(ctx, (body) => put(env, ctx, kind, name, body, who));
   else if (method === 'DELETE') work = remove(env, ctx, kind, name, who);
   else return allow('GET, PUT, DELETE');
@@ -89,26 +89,40 @@ type Answer = { status: number; body: object; etag?: number } | { error: Gateway
 
 function listAnswer(store: ResourceStore, kind: ResourceKind): Answer {
   const { items, revision } = store.list(kind);
-  return { status: 200, body: { kind, source: store.mode, revision, items: items.map((r) => ({ ...present(r), revision: r.revision })) } };
+  return { status: 200, body: { kind, source: store.mode, revision, items: items.map((r) => ({ ...present(r, store.mode === 'etcd'), revision: r.revision })) } };
 }
 
-/** A resource as the API shows it: a provider's key only if it is a `${VAR}` reference, a client key only as its digest. */
-export function present(resource: Resource): Record<string, unknown> {
+/**
+ * A resource as the API shows it: a provider's key only if it is a `${VAR}` reference, a header
+ * whose name looks like a credential's (a provider's, a target's) as "[redacted]", a client key
+ * only as its digest. `asWritten`: the stored form is what was written, its `${VAR}`s unresolved
+ * (etcd); otherwise (a config file) every value is already the environment's, and every header
+ * value is redacted.
+ */
+export function present(resource: Resource, asWritten = true): Record<string, unknown> {
   const stored = { ...resource.stored };
   if (resource.kind === 'providers') {
     if (typeof stored.api_key === 'string' && !VARIABLE_REFERENCE.test(stored.api_key)) {
       delete stored.api_key;
       stored.api_key_set = true;
     }
-    if (stored.headers && typeof stored.headers === 'object') {
-      stored.headers = Object.fromEntries(Object.entries(stored.headers).map(([h, v]) => [h, SECRET_HEADER.test(h) ? REDACTED : v]));
-    }
+    stored.headers = redactHeaders(stored.headers, asWritten);
+  }
+  if (resource.kind === 'models' && Array.isArray(stored.targets)) {
+    stored.targets = stored.targets.map((target: unknown) =>
+      target !== null && typeof target === 'object' && 'headers' in target ? { ...target, headers: redactHeaders(target.headers, asWritten) } : target,
+    );
   }
   if (resource.kind === 'keys' && typeof stored.key === 'string') {
     stored.key_sha256 = sha256(stored.key);
     delete stored.key;
   }
   return stored;
+}
+
+function redactHeaders(headers: unknown, asWritten: boolean): unknown {
+  if (!headers || typeof headers !== 'object') return headers;
+  return Object.fromEntries(Object.entries(headers).map(([h, v]) => [h, !asWritten || SECRET_HEADER.test(h) ? REDACTED : v]));
 }
 
 async function withBody(ctx: RequestContext, then: (body: unknown) => Promise<Answer>): Promise<Answer> {
@@ -118,7 +132,8 @@ async function withBody(ctx: RequestContext, then: (body: unknown) => Promise<An
   try {
     body = read.body.length === 0 ? undefined : JSON.parse(read.body.toString('utf8'));
   } catch (error) {
-    return { error: invalid(`the body is not JSON: ${(error as Error).message}`, 'invalid_json') };
+    // Said without quoting the body: it may hold a secret.
+    return { error: invalid(`the body is ${jsonSyntaxProblem(error)}`, 'invalid_json') };
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return { error: invalid('expected a JSON object', 'invalid_json') };
   return then(body);
@@ -140,9 +155,13 @@ async function expectedRevision(env: ResourcesEnvironment, ctx: RequestContext, 
   return (await env.store.current(kind, name)).revision;
 }
 
-/** Checks a resource alone, then the whole config with it in (a model's provider must exist). */
+/**
+ * Checks a resource alone, then the whole config with it in (a model's provider must exist). The
+ * store checks it with the variables this gateway lets a resource read; its reason names fields,
+ * never values.
+ */
 function validate(env: ResourcesEnvironment, kind: ResourceKind, name: string, body: object): Resource | GatewayError {
-  const checked = checkResource(kind, name, body, 0);
+  const checked = env.store.check(kind, name, body);
   if (!checked.ok) return invalid(`${kind}/${name}: ${checked.reason}`);
   return fits(env, kind, name, checked.resource) ?? checked.resource;
 }
@@ -150,6 +169,10 @@ function validate(env: ResourcesEnvironment, kind: ResourceKind, name: string, b
 /** The whole-config problem the change would cause, if any. */
 function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resource: Resource | undefined): GatewayError | undefined {
   const { resources_pending: _pending, etcd: _etcd, ...current } = env.current();
+  if (resource && kind === 'models') {
+    const unknown = missingProvider(resource.value as ModelConfig, new Set(current.providers.map((p) => p.name)));
+    if (unknown !== undefined) return invalid(`${kind}/${name}: ${unknown}`);
+  }
   const lists: Record<ResourceKind, unknown[]> = { providers: [...current.providers], models: [...current.models], keys: [...current.keys] };
   const others = lists[kind].filter((item) => typeof item === 'string' || (item as { name: string }).name !== name);
   lists[kind] = resource ? [...others, resource.value] : others;
@@ -175,6 +198,11 @@ function hashKey(body: Record<string, unknown>): Record<string, unknown> {
 }
 
 async function put(env: ResourcesEnvironment, ctx: RequestContext, kind: ResourceKind, name: string, body: unknown, who: string): Promise<Answer> {
+  if (kind === 'keys') {
+    // The key as sent is checked before it becomes a digest: one holding "${" is refused, never stored as the hash of its text.
+    const raw = env.store.check(kind, name, { ...(body as object), name });
+    if (!raw.ok) return { error: invalid(`${kind}/${name}: ${raw.reason}`) };
+  }
   const stored = kind === 'keys' ? hashKey(body as Record<string, unknown>) : (body as Record<string, unknown>);
   const checked = validate(env, kind, name, { ...stored, name });
   if (checked instanceof GatewayError) return { error: checked };

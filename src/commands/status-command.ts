@@ -6,6 +6,7 @@ import type { Config } from '../config/schema.ts';
 import type { DrainMoment } from '../lifecycle/contracts.ts';
 import type { ExitedEvent, StatusSnapshot } from '../admin/status-snapshot.ts';
 import { adminToken, adminUrl, reasonOf } from './admin-client.ts';
+import { printableDeep } from './terminal-text.ts';
 
 export interface StatusOptions {
   admin: string | undefined;
@@ -149,21 +150,11 @@ function parseEvent(block: string): { name: string; data: unknown } | undefined 
   }
   if (data.length === 0) return undefined;
   try {
-    return { name, data: withoutControls(JSON.parse(data.join('\n'))) };
+    // Some strings come from clients (a model name): none may move a terminal's cursor or start a line of its own.
+    return { name, data: printableDeep(JSON.parse(data.join('\n'))) };
   } catch {
     return undefined;
   }
-}
-
-/**
- * The event with every control character in its strings replaced: some come from clients (a model
- * name), and none may move a terminal's cursor or start a line of its own.
- */
-function withoutControls(value: unknown): unknown {
-  if (typeof value === 'string') return value.replace(/[\u0000-\u001f\u007f-\u009f]/g, '?');
-  if (Array.isArray(value)) return value.map(withoutControls);
-  if (value && typeof value === 'object') return Object.fromEntries(Object.entries(value).map(([k, v]) => [k, withoutControls(v)]));
-  return value;
 }
 
 const secs = (n: number) => `${(Math.round(n * 10) / 10).toFixed(1)} s`;

@@ -11,7 +11,8 @@ import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
 import type { Logger } from '../telemetry/logger.ts';
 import type { ConfigSource } from './source.ts';
 import type { Config } from './schema.ts';
-import { parseResourceKey, resourceKey, ResourceSet, type Rejection, type Resource, type ResourceKind } from './resources.ts';
+import { checkResource, parseResourceKey, resourceKey, ResourceSet, type Checked, type Rejection, type Resource, type ResourceKind } from './resources.ts';
+import type { ResourceVariables } from './resource-variables.ts';
 import type { SnapshotCache } from './snapshot.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from './store.ts';
 import { EtcdConnection, isRefusal, isTokenRefusal, type EtcdSettings } from './etcd-client.ts';
@@ -83,10 +84,13 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   #changed: ((trigger: string) => void) | undefined;
   #watcher: Watcher | undefined;
   #wake: (() => void) | undefined;
+  /** What a resource may read of this process's environment: the variables `etcd.allowed_env` lists (read at start), in secret-bearing fields. */
+  readonly #variables: ResourceVariables;
 
   constructor(options: EtcdSourceOptions) {
     this.#options = options;
     this.#settings = options.settings;
+    this.#variables = { env: options.env ?? process.env, allowed: new Set(options.settings.allowed_env) };
     this.name = `${options.bootstrap.name} + etcd ${options.settings.endpoints.join(',')} ${options.settings.prefix}`;
     this.#etcd = new EtcdConnection(options.settings);
     this.#following = new EtcdFollowing({
@@ -171,8 +175,8 @@ export class EtcdSource implements ConfigSource, ResourceStore {
     return this.#options.snapshot ? this.#options.snapshot.flush(flushMs) : true;
   }
 
-  get #env(): NodeJS.ProcessEnv {
-    return this.#options.env ?? process.env;
+  get #env(): ResourceVariables {
+    return this.#variables;
   }
 
   // -------------------------------------------------------------------------------------------
@@ -334,6 +338,11 @@ export class EtcdSource implements ConfigSource, ResourceStore {
 
   get(kind: ResourceKind, name: string): Resource | undefined {
     return this.#resources.get(kind, name);
+  }
+
+  /** Whether `document` would be accepted as `kind/name` here (a write is checked before it goes to etcd). */
+  check(kind: ResourceKind, name: string, document: unknown): Checked {
+    return checkResource(kind, name, document, 0, this.#env);
   }
 
   /** What `kind/name` is in etcd now: its JSON and revision (0: absent). */

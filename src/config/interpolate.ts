@@ -5,9 +5,18 @@ const PATTERN = /\$\$|\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}/g;
 
 const MAX_DEPTH = 32;
 
+export type ValuePath = (string | number)[];
+
 export interface MissingVariable {
-  path: (string | number)[];
+  path: ValuePath;
   variable: string;
+}
+
+export interface InterpolateOptions {
+  /** Filled with the path of every string a variable's value (or default) went into: it may hold a secret, never to be quoted. */
+  readonly expanded?: ValuePath[];
+  /** Only the strings at paths it accepts are interpolated; the others are left exactly as written. Default: every string. */
+  readonly where?: (path: readonly (string | number)[]) => boolean;
 }
 
 /**
@@ -15,16 +24,25 @@ export interface MissingVariable {
  * `missing` (and becomes ""); `${VAR:-default}` uses the default when VAR is unset or empty; `$$` is
  * a literal `$`.
  */
-export function interpolate(
-  value: unknown,
-  env: NodeJS.ProcessEnv,
-  missing: MissingVariable[] = [],
-  path: (string | number)[] = [],
-): unknown {
+export function interpolate(value: unknown, env: NodeJS.ProcessEnv, missing: MissingVariable[] = [], options: InterpolateOptions = {}): unknown {
+  return walk(value, env, missing, options, []);
+}
+
+/** The variables `text` refers to, in order (a `$${…}` is an escape, not a reference; a default's text is not read). */
+export function referencesIn(text: string): string[] {
+  if (!text.includes('${')) return [];
+  const names: string[] = [];
+  for (const match of text.matchAll(PATTERN)) if (match[1] !== undefined) names.push(match[1]);
+  return names;
+}
+
+function walk(value: unknown, env: NodeJS.ProcessEnv, missing: MissingVariable[], options: InterpolateOptions, path: ValuePath): unknown {
   if (typeof value === 'string') {
-    if (!value.includes('$')) return value;
-    return value.replace(PATTERN, (whole, variable: string | undefined, fallback: string | undefined) => {
+    if (!value.includes('$') || (options.where && !options.where(path))) return value;
+    let substituted = false;
+    const out = value.replace(PATTERN, (whole, variable: string | undefined, fallback: string | undefined) => {
       if (whole === '$$') return '$';
+      substituted = true;
       const found = env[variable!];
       if (fallback !== undefined) return found === undefined || found === '' ? fallback : found;
       if (found === undefined) {
@@ -33,15 +51,17 @@ export function interpolate(
       }
       return found;
     });
+    if (substituted) options.expanded?.push(path);
+    return out;
   }
   if (value !== null && typeof value === 'object') {
     // YAML aliases can make a document refer to itself: a config is a tree.
     if (path.length > MAX_DEPTH) throw new RangeError('the document is nested too deeply (a self-referencing alias?)');
-    if (Array.isArray(value)) return value.map((item, index) => interpolate(item, env, missing, [...path, index]));
+    if (Array.isArray(value)) return value.map((item, index) => walk(item, env, missing, options, [...path, index]));
     const out: Record<string, unknown> = {};
     for (const [key, item] of Object.entries(value)) {
       // Own data properties only: a `__proto__` key stays a key (and is then reported as unknown).
-      Object.defineProperty(out, key, { value: interpolate(item, env, missing, [...path, key]), enumerable: true, writable: true, configurable: true });
+      Object.defineProperty(out, key, { value: walk(item, env, missing, options, [...path, key]), enumerable: true, writable: true, configurable: true });
     }
     return out;
   }

@@ -3,7 +3,7 @@ import { readFileSync } from 'node:fs';
 import { isMap, isPair, isScalar, LineCounter, parseDocument, type Document } from 'yaml';
 import type { z } from 'zod';
 import { configSchema, type Config } from './schema.ts';
-import { interpolate, type MissingVariable } from './interpolate.ts';
+import { interpolate, type MissingVariable, type ValuePath } from './interpolate.ts';
 import { defaultConfigText } from './default.ts';
 
 export interface ConfigProblem {
@@ -45,18 +45,48 @@ export function formatPath(path: readonly PropertyKey[]): string {
 }
 
 /** Values under these keys may be credentials: a problem there never quotes the value. */
-const SECRET_KEYS = new Set(['api_key', 'key', 'keys', 'headers']);
+const SECRET_KEYS = new Set(['api_key', 'key', 'keys', 'headers', 'token', 'tokens', 'password', 'url']);
 
-function describeIssue(issue: z.core.$ZodIssue): string {
+const isSecretPath = (path: readonly PropertyKey[]) => path.some((part) => typeof part === 'string' && SECRET_KEYS.has(part));
+
+/** What a problem may say of the value it is about. */
+export interface Telling {
+  /** Whether the value at `path` may be quoted (a literal of the operator's own file). */
+  quote(path: readonly PropertyKey[]): boolean;
+  /** Whether the allowed value closest to the one at `path` may be suggested (not when it came from a variable). */
+  hint(path: readonly PropertyKey[]): boolean;
+}
+
+/** A resource (etcd, the admin API): whoever wrote it must read nothing back through a problem, so no value is ever quoted. */
+const RESOURCE_TELLING: Telling = { quote: () => false, hint: (path) => !isSecretPath(path) };
+
+/** The operator's own file: its literals are quoted, but never a credential's, nor a value that came from a `${VAR}`. */
+function fileTelling(expanded: readonly (readonly PropertyKey[])[]): Telling {
+  const fromVariable = new Set(expanded.map((path) => formatPath(path)));
+  const quote = (path: readonly PropertyKey[]) => !isSecretPath(path) && !fromVariable.has(formatPath(path));
+  return { quote, hint: quote };
+}
+
+function describeIssue(issue: z.core.$ZodIssue, telling: Telling): string {
   switch (issue.code) {
     case 'unrecognized_keys':
       return `unknown key${issue.keys.length > 1 ? 's' : ''} ${issue.keys.map((k) => `"${k}"`).join(', ')}`;
     case 'invalid_type':
       if (issue.input === undefined) return `required: expected ${issue.expected}`;
-      if (issue.path.some((part) => typeof part === 'string' && SECRET_KEYS.has(part))) return `expected ${issue.expected}`;
-      return `expected ${issue.expected}, got ${describeValue(issue.input)}`;
-    case 'invalid_value':
-      return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(' | ')}, got ${describeValue(issue.input)}`;
+      if (isSecretPath(issue.path)) return `expected ${issue.expected}`;
+      return `expected ${issue.expected}, got ${telling.quote(issue.path) ? describeValue(issue.input) : typeName(issue.input)}`;
+    case 'invalid_value': {
+      const got = telling.quote(issue.path) ? `, got ${describeValue(issue.input)}` : '';
+      const options = issue.values.filter((v): v is string => typeof v === 'string');
+      const near = typeof issue.input === 'string' && telling.hint(issue.path) ? closest(issue.input, options) : undefined;
+      return `expected one of ${issue.values.map((v) => JSON.stringify(v)).join(' | ')}${got}${near === undefined ? '' : ` (did you mean "${near}"?)`}`;
+    }
+    case 'custom': {
+      // A cross-check's message quotes values only where each of them may be (schema.ts: `quoting`).
+      const params = issue.params as { quoted?: unknown; of?: PropertyKey[][] } | undefined;
+      if (typeof params?.quoted === 'string' && (params.of ?? [issue.path]).every((path) => telling.quote(path))) return params.quoted;
+      return issue.message;
+    }
     default:
       return issue.message;
   }
@@ -68,6 +98,28 @@ function describeValue(value: unknown): string {
   if (typeof value === 'object') return 'a mapping';
   if (typeof value === 'string') return `"${value.length > 40 ? `${value.slice(0, 40)}…` : value}"`;
   return `${typeof value} ${String(value)}`;
+}
+
+/** What a value is, without the value. */
+function typeName(value: unknown): string {
+  if (value === null) return 'null';
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  return `a ${typeof value}`;
+}
+
+/** The candidate closest to `text` (an edit distance up to a third of its length, at least 1), if any. */
+function closest(text: string, candidates: readonly string[]): string | undefined {
+  let best: string | undefined;
+  let bestDistance = Infinity;
+  for (const candidate of candidates) {
+    const allowed = Math.max(1, Math.floor(candidate.length / 3));
+    // Lengths further apart than that are never close (and a huge hostile value costs nothing).
+    if (Math.abs(text.length - candidate.length) > allowed) continue;
+    const distance = editDistance(text.toLowerCase(), candidate.toLowerCase());
+    if (distance <= allowed && distance < bestDistance) [best, bestDistance] = [candidate, distance];
+  }
+  return best !== text ? best : undefined;
 }
 
 /** Parses and validates config text. Throws ConfigError listing every problem found. */
@@ -85,9 +137,10 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
     throw new ConfigError(source, [{ path: '', message: `expected a mapping at the top level, got ${describeValue(raw)}` }]);
   }
   const missing: MissingVariable[] = [];
+  const expanded: ValuePath[] = [];
   let resolved: unknown;
   try {
-    resolved = interpolate(raw, env, missing);
+    resolved = interpolate(raw, env, missing, { expanded });
   } catch (error) {
     throw new ConfigError(source, [{ path: '', message: (error as Error).message }]);
   }
@@ -102,21 +155,17 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
   // reportInput: describeIssue tells a wrong value ("got ...") from a missing one by `issue.input`.
   const result = configSchema.safeParse(resolved, { reportInput: true });
   if (!result.success) {
-    for (const issue of result.error.issues.flatMap((i) => unionBranch(i))) {
-      // An unknown key is reported at its own path, one problem per key.
-      if (issue.code === 'unrecognized_keys') {
-        for (const key of issue.keys) {
-          const path = [...issue.path, key];
-          problems.push({ path: formatPath(path), message: `unknown key "${key}"${suggestKey(key, issue.path)}`, ...locate(path, true) });
-        }
-      } else if (!unset.has(formatPath(issue.path))) {
-        problems.push({ path: formatPath(issue.path), message: describeIssue(issue), ...locate(issue.path) });
-      }
+    for (const problem of issueProblems(result.error.issues, { telling: fileTelling(expanded) })) {
+      if (problem.unknownKey) problems.push({ path: problem.path, message: problem.message, ...locate(problem.at, true) });
+      else if (!unset.has(problem.path)) problems.push({ path: problem.path, message: problem.message, ...locate(problem.at) });
     }
   }
   if (problems.length > 0 || !result.success) throw new ConfigError(source, problems);
   return deepFreeze(result.data);
 }
+
+/** Issues of a value of the right type that failed a check (a string too short, a refinement), or of a mapping's keys. */
+const VALUE_CHECKS = new Set<string>(['unrecognized_keys', 'too_small', 'too_big', 'invalid_format', 'not_multiple_of', 'custom']);
 
 /**
  * A union (a client key: a string or a mapping) that failed is reported as the problems of the
@@ -124,8 +173,9 @@ export function parseConfig(text: string, source: string, env: NodeJS.ProcessEnv
  */
 function unionBranch(issue: z.core.$ZodIssue): z.core.$ZodIssue[] {
   if (issue.code !== 'invalid_union' || !Array.isArray(issue.errors)) return [issue];
-  // A branch fits when its problems are inside the value (its keys), not with the value itself.
-  const fitting = issue.errors.filter((branch) => branch.every((inner) => inner.path.length > 0 || inner.code === 'unrecognized_keys'));
+  // A branch fits when its problems are inside the value (its keys), or checks of a value of its
+  // type (a string too short), not the value's type itself.
+  const fitting = issue.errors.filter((branch) => branch.every((inner) => inner.path.length > 0 || VALUE_CHECKS.has(inner.code)));
   if (fitting.length === 0) return [issue];
   // Of several (a key given as `key` or as `key_sha256`), the one with the fewest problems; the first on a tie.
   const best = fitting.reduce((a, b) => (b.length < a.length ? b : a));
@@ -241,45 +291,80 @@ function unclosedOpener(text: string): { what: string; offset: number } | undefi
   return quote ?? open[0];
 }
 
-/** ` (did you mean "x"?)` for an unknown key close to a known one at the same place, else "". */
-function suggestKey(key: string, parentPath: readonly PropertyKey[]): string {
-  const known = keysAt(parentPath);
-  let best: string | undefined;
-  let bestDistance = Infinity;
-  for (const candidate of known) {
-    const distance = editDistance(key.toLowerCase(), candidate);
-    if (distance < bestDistance) [best, bestDistance] = [candidate, distance];
-  }
-  if (best !== undefined && bestDistance <= Math.max(1, Math.floor(best.length / 3))) return ` (did you mean "${best}"?)`;
-  return known.length > 0 && known.length <= 12 ? ` (known keys: ${known.join(', ')})` : '';
+/**
+ * What to say after `unknown key "x"`: the closest key allowed at the same place (`did you mean`);
+ * else the same key (or one close to it) a level or two further in (`did you mean
+ * "shutdown.min_drain_secs"?`: a key written in the wrong section); else the keys allowed there.
+ */
+function suggestKey(key: string, schemaPath: readonly PropertyKey[], parentPath: readonly PropertyKey[]): string {
+  const parent = [...schemaPath, ...parentPath];
+  const known = keysAt(parent);
+  const near = closest(key, known);
+  if (near !== undefined) return ` (did you mean "${near}"?)`;
+  const deeper = nestedKeys(parent);
+  const exact = deeper.filter((path) => path.at(-1)!.toLowerCase() === key.toLowerCase());
+  const found = exact.length > 0 ? exact : deeper.filter((path) => closest(key, [path.at(-1)!]) !== undefined);
+  if (found.length > 0 && found.length <= 3) return ` (did you mean ${found.map((path) => `"${formatPath([...parentPath, ...path])}"`).join(' or ')}?)`;
+  return known.length > 0 && known.length <= 20 ? ` (known keys: ${known.join(', ')})` : '';
 }
 
 type SchemaDef = { type: string; shape?: Record<string, unknown>; innerType?: unknown; element?: unknown; out?: unknown; options?: unknown[] };
 const defOf = (schema: unknown): SchemaDef | undefined => (schema as { _zod?: { def?: SchemaDef } } | undefined)?._zod?.def;
 
-/** The keys the schema allows in the mapping at `path` (none when it is not a fixed mapping). */
-function keysAt(path: readonly PropertyKey[]): string[] {
-  let schema: unknown = configSchema;
-  const unwrap = () => {
-    for (let guard = 0; guard < 20; guard++) {
-      const def = defOf(schema);
-      if (!def) return;
-      if (def.innerType !== undefined) schema = def.innerType;
-      else if (def.type === 'pipe') schema = def.out;
-      else if (def.type === 'union') schema = def.options?.find((option) => defOf(option)?.type === 'object');
-      else return;
-    }
-  };
-  for (const part of path) {
-    unwrap();
+/** The schema below optional, default, preprocessing and unions (their mapping option). */
+function unwrap(schema: unknown): unknown {
+  for (let guard = 0; guard < 20; guard++) {
     const def = defOf(schema);
+    if (!def) return schema;
+    if (def.innerType !== undefined) schema = def.innerType;
+    else if (def.type === 'pipe') schema = def.out;
+    else if (def.type === 'union') schema = def.options?.find((option) => defOf(unwrap(option))?.type === 'object');
+    else return schema;
+  }
+  return schema;
+}
+
+/** The fixed mapping (its keys and their schemas) at `path` of the config, if that is one. */
+function shapeAt(path: readonly PropertyKey[]): Record<string, unknown> | undefined {
+  let schema: unknown = configSchema;
+  for (const part of path) {
+    const def = defOf(unwrap(schema));
     if (def?.type === 'array' && typeof part === 'number') schema = def.element;
     else if (def?.type === 'object' && def.shape && typeof part === 'string') schema = def.shape[part];
-    else return [];
+    else return undefined;
   }
-  unwrap();
-  const def = defOf(schema);
-  return def?.type === 'object' && def.shape ? Object.keys(def.shape) : [];
+  const def = defOf(unwrap(schema));
+  return def?.type === 'object' ? def.shape : undefined;
+}
+
+/** The keys the schema allows in the mapping at `path` (none when it is not a fixed mapping). */
+function keysAt(path: readonly PropertyKey[]): string[] {
+  return Object.keys(shapeAt(path) ?? {});
+}
+
+/** nestedKeys by schema place (list indexes are all one place): the schema never changes. */
+const nestedKeysCache = new Map<string, string[][]>();
+
+/** The keys of the mappings within two sections below `path` (not its own), as paths from it. */
+function nestedKeys(path: readonly PropertyKey[]): string[][] {
+  const place = path.map((part) => (typeof part === 'number' ? '[]' : String(part))).join('\0');
+  let found = nestedKeysCache.get(place);
+  if (!found) nestedKeysCache.set(place, (found = keysBelow(path, 2)));
+  return found;
+}
+
+function keysBelow(path: readonly PropertyKey[], depth: number): string[][] {
+  const found: string[][] = [];
+  const walk = (at: string[], left: number) => {
+    for (const section of keysAt([...path, ...at])) {
+      const inner = [...at, section];
+      const keys = keysAt([...path, ...inner]);
+      for (const key of keys) found.push([...inner, key]);
+      if (left > 1) walk(inner, left - 1);
+    }
+  };
+  walk([], depth);
+  return found;
 }
 
 /** Edit distance with adjacent transpositions (optimal string alignment). */
@@ -296,21 +381,46 @@ function editDistance(a: string, b: string): number {
   return d[a.length]![b.length]!;
 }
 
-/** Problems of a schema validation without a document to locate them in (a resource, a config built in memory). */
-export function issueProblems(issues: readonly z.core.$ZodIssue[], prefix: readonly PropertyKey[] = []): ConfigProblem[] {
-  const problems: ConfigProblem[] = [];
+/** A problem of a schema validation, and where it is in the validated value (`at`). */
+export interface IssueProblem extends ConfigProblem {
+  readonly at: readonly PropertyKey[];
+  /** An unknown key: located at the key, not its value. */
+  readonly unknownKey: boolean;
+}
+
+/**
+ * Problems of a schema validation: one per unknown key (with a suggestion), one per other issue.
+ * `prefix` is put before each path; `schemaPath` is where the value validated sits in the config
+ * (a resource: `[kind, 0]`), for the suggestions. By default nothing is quoted (a resource).
+ */
+export function issueProblems(
+  issues: readonly z.core.$ZodIssue[],
+  options: { prefix?: readonly PropertyKey[]; schemaPath?: readonly PropertyKey[]; telling?: Telling; limit?: number } = {},
+): IssueProblem[] {
+  const { prefix = [], schemaPath = [], telling = RESOURCE_TELLING, limit = Infinity } = options;
+  const problems: IssueProblem[] = [];
+  let more = 0;
   for (const issue of issues.flatMap((i) => unionBranch(i))) {
     if (issue.code === 'unrecognized_keys') {
-      for (const key of issue.keys) problems.push({ path: formatPath([...prefix, ...issue.path, key]), message: `unknown key "${key}"` });
-    } else problems.push({ path: formatPath([...prefix, ...issue.path]), message: describeIssue(issue) });
+      for (const key of issue.keys) {
+        if (problems.length >= limit) more++;
+        else {
+          const at = [...issue.path, key];
+          problems.push({ path: formatPath([...prefix, ...at]), message: `unknown key "${key}"${suggestKey(key, schemaPath, issue.path)}`, at, unknownKey: true });
+        }
+      }
+    } else if (problems.length >= limit) more++;
+    else problems.push({ path: formatPath([...prefix, ...issue.path]), message: describeIssue(issue, telling), at: issue.path, unknownKey: false });
   }
+  if (more > 0) problems.push({ path: '', message: `and ${more} more problem${more === 1 ? '' : 's'}`, at: [], unknownKey: false });
   return problems;
 }
 
 /** Validates a configuration put together in memory (the bootstrap file and the resources). Throws ConfigError. */
 export function validateConfig(raw: unknown, source: string): Config {
+  // Its problems quote no value: resources are in it (issueProblems' default).
   const result = configSchema.safeParse(raw, { reportInput: true });
-  if (!result.success) throw new ConfigError(source, issueProblems(result.error.issues));
+  if (!result.success) throw new ConfigError(source, issueProblems(result.error.issues).map(({ path, message }) => ({ path, message })));
   return deepFreeze(result.data);
 }
 

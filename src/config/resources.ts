@@ -2,8 +2,8 @@
 // the schema's item type validates. What the etcd source, the snapshot cache and the admin API
 // share. A resource that is not valid is rejected alone: the others apply, and the key keeps the
 // last value of it that was valid (or stays absent).
-import { ConfigError, formatPath, issueProblems, validateConfig } from './load.ts';
-import { interpolate, type MissingVariable } from './interpolate.ts';
+import { ConfigError, issueProblems, validateConfig } from './load.ts';
+import { NO_VARIABLES, resolveVariables, type ResourceVariables } from './resource-variables.ts';
 import { modelSchema, modelTargets, namedKeySchema, providerSchema, type Config, type ModelConfig } from './schema.ts';
 
 export const RESOURCE_KINDS = ['providers', 'models', 'keys'] as const;
@@ -38,50 +38,77 @@ export function parseResourceKey(key: string): { kind: ResourceKind; name: strin
   }
 }
 
+/**
+ * Where a text that is not JSON is wrong, without a word of the text: JSON.parse's own message
+ * quotes the text around the error, which may be a secret written in a broken document.
+ */
+export function jsonSyntaxProblem(error: unknown): string {
+  const where = /at position (\d+)(?: \(line (\d+) column (\d+)\))?/.exec((error as Error)?.message ?? '');
+  if (!where) return 'not JSON';
+  return where[2] !== undefined ? `not JSON (line ${where[2]}, column ${where[3]})` : `not JSON (at character ${Number(where[1]) + 1})`;
+}
+
 /** A resource as stored (its `${VAR}`s not resolved) and as it serves (resolved, validated). */
 export interface Resource {
   readonly kind: ResourceKind;
   readonly name: string;
   /** The JSON object stored, with its `name`. */
   readonly stored: Readonly<Record<string, unknown>>;
-  /** The validated value, `${VAR}`s resolved from this process's environment. */
+  /** The validated value, its allowed `${VAR}`s resolved from this process's environment. */
   readonly value: unknown;
   /** The etcd revision of its last change (0 when not from etcd). */
   readonly revision: number;
 }
 
+/** Problems said of one resource, at most (then how many more). */
+const MAX_PROBLEMS = 20;
+
 export type Checked = { ok: true; resource: Resource } | { ok: false; reason: string };
 
 /**
- * Checks one resource: a JSON object (text) or an object, of its kind's schema, with `${VAR}`
- * resolved from `env`. Its `name`, when given, must be the one of its key (it is filled in when not).
+ * Checks one resource: a JSON object (text) or an object, of its kind's schema, with the `${VAR}`s
+ * that `variables` allows resolved (resource-variables.ts; by default none). Its `name`, when
+ * given, must be the one of its key (it is filled in when not). A reason names fields and what
+ * they expect, never a value: whoever wrote the resource must not read anything back through it.
  */
-export function checkResource(kind: ResourceKind, name: string, document: string | unknown, revision: number, env: NodeJS.ProcessEnv = process.env): Checked {
+export function checkResource(kind: ResourceKind, name: string, document: string | unknown, revision: number, variables: ResourceVariables = NO_VARIABLES): Checked {
   let parsed: unknown = document;
   if (typeof document === 'string') {
     try {
       parsed = JSON.parse(document);
     } catch (error) {
-      return { ok: false, reason: `not JSON: ${(error as Error).message}` };
+      return { ok: false, reason: jsonSyntaxProblem(error) };
     }
   }
   if (parsed === null || typeof parsed !== 'object' || Array.isArray(parsed)) return { ok: false, reason: 'expected a JSON object' };
   const object = parsed as Record<string, unknown>;
-  if (object.name !== undefined && object.name !== name) return { ok: false, reason: `its name "${String(object.name)}" is not the one of its key ("${name}")` };
+  if (object.name !== undefined && object.name !== name) return { ok: false, reason: `name: not the name in its key ("${name}"); leave it out or make it the same` };
   const stored = { ...object, name };
-  const missing: MissingVariable[] = [];
-  let resolved: unknown;
+  let resolved: ReturnType<typeof resolveVariables>;
   try {
-    resolved = interpolate(stored, env, missing);
+    resolved = resolveVariables(kind, stored, variables);
   } catch (error) {
     return { ok: false, reason: (error as Error).message };
   }
-  if (missing.length > 0) {
-    return { ok: false, reason: missing.map((m) => `${formatPath(m.path)}: environment variable \${${m.variable}} is not set on this gateway`).join('; ') };
+  if (!resolved.ok) return { ok: false, reason: resolved.problems.join('; ') };
+  const result = SCHEMAS[kind].safeParse(resolved.value, { reportInput: true });
+  if (!result.success) {
+    // A hostile document can have any number of problems: the first few say enough.
+    const problems = issueProblems(result.error.issues, { schemaPath: [kind, 0], limit: MAX_PROBLEMS });
+    return { ok: false, reason: problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; ') };
   }
-  const result = SCHEMAS[kind].safeParse(resolved, { reportInput: true });
-  if (!result.success) return { ok: false, reason: issueProblems(result.error.issues).map((p) => `${p.path || '(resource)'}: ${p.message}`).join('; ') };
   return { ok: true, resource: { kind, name, stored, value: result.data, revision } };
+}
+
+/**
+ * Why a model cannot route (a target's provider is not among `providers`), or undefined. The
+ * providers' names are their keys and are listed; the name written is not quoted.
+ */
+export function missingProvider(model: ModelConfig, providers: ReadonlySet<string>): string | undefined {
+  const missing = modelTargets(model).findIndex((t) => !providers.has(t.provider));
+  if (missing === -1) return undefined;
+  const known = [...providers].map((p) => `"${p}"`).join(', ') || 'none';
+  return `${model.targets ? `targets[${missing}].provider` : 'provider'}: no provider of that name (known: ${known})`;
 }
 
 export interface Rejection {
@@ -107,7 +134,7 @@ export class ResourceSet {
   revision = 0;
 
   /** Applies changes in order. A key whose new value is not valid keeps its last good one: it is returned as rejected. */
-  apply(changes: readonly ResourceChange[], env: NodeJS.ProcessEnv = process.env): Rejection[] {
+  apply(changes: readonly ResourceChange[], variables: ResourceVariables = NO_VARIABLES): Rejection[] {
     const rejected: Rejection[] = [];
     for (const change of changes) {
       const at = parseResourceKey(change.key);
@@ -119,7 +146,7 @@ export class ResourceSet {
         this.#resources.delete(change.key);
         continue;
       }
-      const checked = checkResource(at.kind, at.name, change.value, change.revision, env);
+      const checked = checkResource(at.kind, at.name, change.value, change.revision, variables);
       if (checked.ok) this.#resources.set(change.key, checked.resource);
       else rejected.push({ key: change.key, reason: checked.reason });
     }
@@ -127,7 +154,7 @@ export class ResourceSet {
   }
 
   /** Replaces everything by `entries` (a full read): keys absent from it are deleted. */
-  replaceAll(entries: ReadonlyMap<string, { value: string; revision: number }>, revision: number, env: NodeJS.ProcessEnv = process.env): Rejection[] {
+  replaceAll(entries: ReadonlyMap<string, { value: string; revision: number }>, revision: number, variables: ResourceVariables = NO_VARIABLES): Rejection[] {
     const changes: ResourceChange[] = [];
     for (const key of this.#resources.keys()) if (!entries.has(key)) changes.push({ key, value: undefined, revision });
     for (const [key, entry] of entries) {
@@ -137,7 +164,7 @@ export class ResourceSet {
       changes.push({ key, value: entry.value, revision: entry.revision });
     }
     this.revision = revision;
-    return this.apply(changes, env);
+    return this.apply(changes, variables);
   }
 
   get(kind: ResourceKind, name: string): Resource | undefined {
@@ -169,9 +196,9 @@ export class ResourceSet {
     const providers = new Set(included.filter((r) => r.kind === 'providers').map((r) => r.name));
     included = included.filter((r) => {
       if (r.kind !== 'models') return true;
-      const missing = modelTargets(r.value as ModelConfig).find((t) => !providers.has(t.provider));
-      if (missing === undefined) return true;
-      rejected.push({ key: resourceKey(r.kind, r.name), reason: `unknown provider "${missing.provider}"` });
+      const reason = missingProvider(r.value as ModelConfig, providers);
+      if (reason === undefined) return true;
+      rejected.push({ key: resourceKey(r.kind, r.name), reason });
       return false;
     });
     // What the whole-config checks still find in one resource (an echo provider with a base_url) leaves that one out.

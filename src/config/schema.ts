@@ -217,8 +217,16 @@ const keyPolicy = {
   /** Spend allowed to this key per day or month. */
   budget: budget.optional(),
 };
+/**
+ * A client key's text. Never one holding "${": the gateway keeps only a key's digest, so a
+ * variable left in it could never be resolved, and the text of the reference would be the key.
+ */
+const keyText = z
+  .string()
+  .min(8, 'expected a client key of at least 8 characters')
+  .refine((text) => !text.includes('${'), 'a client key must not contain "${" (an unresolved ${VAR}?)');
 /** A client key: the key itself, or (as the admin API stores them) only its SHA-256 digest, base64. */
-const rawKey = z.strictObject({ name, key: z.string().min(8, 'expected a client key of at least 8 characters'), ...keyPolicy });
+const rawKey = z.strictObject({ name, key: keyText, ...keyPolicy });
 const hashedKey = z.strictObject({
   name,
   key_sha256: z.string().regex(KEY_SHA256, 'expected the SHA-256 digest of the key in base64 (44 characters ending in "=")'),
@@ -226,7 +234,7 @@ const hashedKey = z.strictObject({
 });
 /** A named key, as a resource of the admin API or etcd holds it: the key, or its digest. */
 export const namedKeySchema = z.union([rawKey, hashedKey]);
-const clientKey = z.union([z.string().min(8, 'expected a client key of at least 8 characters'), rawKey, hashedKey]);
+const clientKey = z.union([keyText, rawKey, hashedKey]);
 
 const seconds = fromEnv(z.number().nonnegative('expected a number of seconds >= 0'));
 
@@ -268,6 +276,13 @@ const etcd = z.strictObject({
   request_timeout_ms: fromEnv(z.number().int().positive()).default(5000),
   /** Connecting to an endpoint is given this long. */
   dial_timeout_ms: fromEnv(z.number().int().positive()).default(3000),
+  /**
+   * The environment variables a resource may read with `${VAR}`, and only in a provider's
+   * `api_key` and header values and a target's header values (resource-variables.ts). Default
+   * none: whoever can write a resource (an admin token, etcd access) must not read this host's
+   * environment through it.
+   */
+  allowed_env: z.array(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'expected the name of an environment variable')).default([]),
 });
 
 const snapshot = z.strictObject({
@@ -479,6 +494,16 @@ export function isLoopback(host: string): boolean {
   return host === 'localhost' || host === '::1' || /^127\.\d+\.\d+\.\d+$/.test(host);
 }
 
+/**
+ * A cross-check's problem that would quote values: `message` says it without them, `quoted` with
+ * them. The loader shows `quoted` only where each value it quotes (at the paths `of`, by default
+ * the problem's own) may be quoted: a literal of the operator's file, never a credential, a value
+ * from a `${VAR}`, or anything of a resource (load.ts, `Telling`).
+ */
+function quoting(ctx: z.RefinementCtx, path: PropertyKey[], message: string, quoted: string, of: PropertyKey[][] | ((path: PropertyKey[]) => PropertyKey[][]) = [path]): void {
+  ctx.addIssue({ code: 'custom', path, message, params: { quoted, of: typeof of === 'function' ? of(path) : of } });
+}
+
 /** Checks across entries. Defensive: with type errors elsewhere, any field may be malformed. */
 function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   const config = value as Record<string, unknown>;
@@ -490,7 +515,7 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     const seen = new Set<unknown>();
     items.forEach((item, index) => {
       if (typeof item?.name !== 'string') return;
-      if (seen.has(item.name)) ctx.addIssue({ code: 'custom', path: [...at, index, 'name'], message: `duplicate name "${item.name}"` });
+      if (seen.has(item.name)) quoting(ctx, [...at, index, 'name'], 'duplicate name', `duplicate name "${item.name}"`);
       seen.add(item.name);
     });
   };
@@ -519,7 +544,8 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     listeners.forEach((l, index) => {
       const parsed = typeof l?.address === 'string' ? parseAddress(l.address) : undefined;
       if (l?.role === 'admin' && parsed && !isLoopback(parsed.host)) {
-        ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `an admin listener binds to loopback unless admin.allow_non_loopback is true (got ${String(l.address)})` });
+        const message = 'an admin listener binds to loopback unless admin.allow_non_loopback is true';
+        quoting(ctx, ['listeners', index, 'address'], message, `${message} (got ${String(l.address)})`);
       }
     });
   }
@@ -529,20 +555,22 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     if (!parsed || parsed.port === 0) return;
     const key = `${parsed.host}:${parsed.port}`;
     if (addresses.has(key)) {
-      ctx.addIssue({ code: 'custom', path: ['listeners', index, 'address'], message: `address ${String(l.address)} is already used by listeners[${addresses.get(key)}]` });
+      const other = addresses.get(key)!;
+      quoting(ctx, ['listeners', index, 'address'], `the same address as listeners[${other}]`, `address ${String(l.address)} is already used by listeners[${other}]`);
     }
     addresses.set(key, index);
   });
   const providerNames = new Set(providers.map((p) => p?.name).filter((n) => typeof n === 'string'));
+  const providerNamePaths = (at: PropertyKey[]) => [at, ...providers.map((_, index) => ['providers', index, 'name'])];
   const known = () => [...providerNames].map((p) => `"${String(p)}"`).join(', ') || 'none configured';
   models.forEach((m, index) => {
     if (typeof m?.provider === 'string' && !providerNames.has(m.provider)) {
-      ctx.addIssue({ code: 'custom', path: ['models', index, 'provider'], message: `unknown provider "${m.provider}" (known: ${known()})` });
+      quoting(ctx, ['models', index, 'provider'], 'no provider of that name', `unknown provider "${m.provider}" (known: ${known()})`, providerNamePaths);
     }
     if (Array.isArray(m?.targets)) {
       (m.targets as Record<string, unknown>[]).forEach((t, at) => {
         if (typeof t?.provider === 'string' && !providerNames.has(t.provider)) {
-          ctx.addIssue({ code: 'custom', path: ['models', index, 'targets', at, 'provider'], message: `unknown provider "${t.provider}" (known: ${known()})` });
+          quoting(ctx, ['models', index, 'targets', at, 'provider'], 'no provider of that name', `unknown provider "${t.provider}" (known: ${known()})`, providerNamePaths);
         }
       });
     }
@@ -561,7 +589,7 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   const headers = downstream?.headers_timeout_secs;
   const request = downstream?.request_timeout_secs;
   if (typeof headers === 'number' && typeof request === 'number' && request > 0 && headers > request) {
-    ctx.addIssue({ code: 'custom', path: ['downstream', 'headers_timeout_secs'], message: `must not exceed downstream.request_timeout_secs (${request})` });
+    quoting(ctx, ['downstream', 'headers_timeout_secs'], 'must not exceed downstream.request_timeout_secs', `must not exceed downstream.request_timeout_secs (${request})`, [['downstream', 'headers_timeout_secs'], ['downstream', 'request_timeout_secs']]);
   }
 }
 

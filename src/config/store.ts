@@ -1,7 +1,7 @@
 // What the admin API's resource routes read and write: the etcd source (writes are transactions
 // on etcd), or, in file mode, the config as loaded (read-only: the file is the source of truth).
 import type { Config } from './schema.ts';
-import { checkResource, RESOURCE_KINDS, type Resource, type ResourceKind } from './resources.ts';
+import { checkResource, RESOURCE_KINDS, type Checked, type Resource, type ResourceKind } from './resources.ts';
 
 export class ResourceStoreError extends Error {
   readonly status: number;
@@ -31,6 +31,8 @@ export interface ResourceStore {
   /** The resources applied, and the revision they are at (0 outside etcd). */
   list(kind: ResourceKind): { items: Resource[]; revision: number };
   get(kind: ResourceKind, name: string): Resource | undefined;
+  /** Whether `document` would be accepted as `kind/name` (with the variables this gateway lets a resource read): checked before a write. */
+  check(kind: ResourceKind, name: string, document: unknown): Checked;
   /** The key as the store holds it now (not as applied here): what a compare-and-swap compares with. */
   current(kind: ResourceKind, name: string): Promise<{ value: string | undefined; revision: number }>;
   /** Writes `stored` if the key is still at revision `expected` (0: absent); a 409 ResourceStoreError if not. */
@@ -47,7 +49,8 @@ export function configStore(config: Config, mode: 'file' | 'embedded', source: s
     const items = (config[kind] as readonly unknown[]).map((item, index) => {
       // A bare key string has the name the gateway gives it (key-N).
       const object = typeof item === 'string' ? { name: `key-${index}`, key: item } : (item as { name: string });
-      const checked = checkResource(kind, object.name, object, 0, {});
+      // Already interpolated by the loader: checked as it is (nothing expands again).
+      const checked = checkResource(kind, object.name, object, 0);
       return checked.ok ? checked.resource : { kind, name: object.name, stored: object, value: object, revision: 0 };
     });
     byKind.set(kind, items);
@@ -64,6 +67,7 @@ export function configStore(config: Config, mode: 'file' | 'embedded', source: s
     readOnly: reason,
     list: (kind) => ({ items: byKind.get(kind) ?? [], revision: 0 }),
     get: (kind, name) => byKind.get(kind)?.find((r) => r.name === name),
+    check: (kind, name, document) => checkResource(kind, name, document, 0),
     current: readOnly,
     put: readOnly,
     delete: readOnly,

@@ -230,6 +230,36 @@ providers:
     assert.ok(result.stderr.includes(`  - provider: unknown key "provider" (did you mean "providers"?) (${file}:8:1)`), result.stderr);
   });
 
+  test('a value close to an allowed one gets a "did you mean"; an unknown top-level key gets the section it belongs in, or the list of keys', async () => {
+    const file = writeConfig(
+      'listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\nproviders:\n  - { name: a, type: antropic }\nlog: { level: wran }\nmin_drain_secs: 3\ntelemetry: {}\nlimits:\n  rpm: 5\n',
+    );
+    const result = await run(['validate', '--config', file]);
+    assert.equal(result.code, 1);
+    const problems = result.stderr.split('\n').filter((l) => l.startsWith('  - '));
+    assert.ok(problems.includes(`  - providers[0].type: expected one of "openai" | "anthropic" | "echo", got "antropic" (did you mean "anthropic"?) (${file}:4:22)`), result.stderr);
+    assert.ok(problems.some((l) => l.startsWith('  - log.level: ') && l.includes('got "wran" (did you mean "warn"?)')), result.stderr);
+    assert.ok(problems.includes(`  - min_drain_secs: unknown key "min_drain_secs" (did you mean "shutdown.min_drain_secs"?) (${file}:6:1)`), result.stderr);
+    assert.ok(problems.includes(`  - limits.rpm: unknown key "rpm" (did you mean "limits.global.rpm"?) (${file}:9:3)`), result.stderr);
+    const telemetry = problems.find((l) => l.startsWith('  - telemetry: unknown key "telemetry" (known keys: '));
+    assert.ok(telemetry?.includes('listeners') && telemetry.includes('tracing'), result.stderr);
+  });
+
+  test('a value that came from a ${VAR} is never quoted (nor hinted at), a literal of the file is', async () => {
+    const secret = 'antropic-secret-0123456789';
+    const file = writeConfig(
+      'listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\n  - { name: admin, address: "${SLUICE_TEST_ADDR}", role: admin }\nproviders:\n  - { name: a, type: "${SLUICE_TEST_TYPE}" }\n  - { name: b, type: antropic }\nmodels:\n  - { name: m, provider: "${SLUICE_TEST_PROVIDER}" }\nshutdown: { min_drain_secs: "${SLUICE_TEST_SECS}" }\n',
+    );
+    const result = await run(['validate', '--config', file], { SLUICE_TEST_ADDR: '10.9.8.7:6543', SLUICE_TEST_TYPE: secret, SLUICE_TEST_PROVIDER: secret, SLUICE_TEST_SECS: secret });
+    assert.equal(result.code, 1);
+    for (const leaked of [secret, '10.9.8.7', '6543']) assert.ok(!result.stderr.includes(leaked), `${leaked} in:\n${result.stderr}`);
+    assert.match(result.stderr, /providers\[0\]\.type: expected one of "openai" \| "anthropic" \| "echo" \(/);
+    assert.match(result.stderr, /providers\[1\]\.type: expected one of "openai" \| "anthropic" \| "echo", got "antropic" \(did you mean "anthropic"\?\)/);
+    assert.match(result.stderr, /listeners\[1\]\.address: an admin listener binds to loopback unless admin\.allow_non_loopback is true \(/);
+    assert.match(result.stderr, /models\[0\]\.provider: no provider of that name \(/);
+    assert.match(result.stderr, /shutdown\.min_drain_secs: expected number, got a string \(/);
+  });
+
   test('an unset ${VAR} is reported once, not again as the empty value it became', async () => {
     const file = writeConfig('listeners:\n  - name: proxy\n    address: ${SLUICE_TEST_UNSET_ADDR}\n    role: proxy\n');
     const result = await run(['validate', '--config', file]);

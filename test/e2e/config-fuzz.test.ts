@@ -1,7 +1,7 @@
 // Hostile input on the configuration paths of issue 14 (R1: nothing ends the process or leaves a
 // count raised): random requests on the admin API's resource routes (methods, paths, percent-
-// encodings, preconditions, bodies), and random values written straight into etcd under the
-// gateway's prefix. Every answer is a clear 4xx (or 503 while etcd does not answer) in the API's
+// encodings, preconditions, bodies, `${VAR}`s of variables allowed and not in every kind of field),
+// and random values written straight into etcd under the gateway's prefix. Every answer is a clear 4xx (or 503 while etcd does not answer) in the API's
 // error shape, never a 500; the gateway keeps serving, and nothing stays in flight.
 // Reproducible: a fixed seed (SLUICE_FUZZ_SEED) and SLUICE_FUZZ_RUNS runs per property (default 200).
 import { after, before, describe, test } from 'node:test';
@@ -30,7 +30,8 @@ before(async () => {
   await etcd.put(`${PREFIX}models/base`, JSON.stringify({ provider: 'echo' }));
   await etcd.put(`${PREFIX}keys/load`, JSON.stringify({ key_sha256: hash('sha256', LOAD_KEY, 'base64') }));
   gw = await startGateway({
-    config: { admin: { token: TOKEN }, etcd: { endpoints: [etcd.endpoint], prefix: PREFIX }, log: { access_log: false } },
+    config: { admin: { token: TOKEN }, etcd: { endpoints: [etcd.endpoint], prefix: PREFIX, allowed_env: ['SLUICE_FUZZ_ALLOWED', 'SLUICE_FUZZ_UNSET_ALLOWED'] }, log: { access_log: false } },
+    env: { SLUICE_FUZZ_ALLOWED: 'fuzz-allowed-value', SLUICE_FUZZ_UNSET_ALLOWED: undefined },
   });
 });
 after(async () => {
@@ -69,7 +70,19 @@ function send(method: string, target: string, headers: Record<string, string>, p
     req.end(payload);
   });
 }
+/** Text with `${VAR}` references, escapes and near misses: of a variable allowed, allowed but unset, not allowed. */
+const withVariables = fc.oneof(
+  fc.constantFrom('${SLUICE_FUZZ_ALLOWED}', '${SLUICE_FUZZ_ALLOWED:-d}', '${SLUICE_FUZZ_UNSET_ALLOWED}', '${SLUICE_FUZZ_UNSET_ALLOWED:-}', '${HOME}', '$${HOME}', '${', '${1X}', '${A:-${B}}', 'pre-${SLUICE_FUZZ_ALLOWED}-post', '$$'),
+  fc.tuple(fc.string({ maxLength: 6 }), fc.constantFrom('${', '}', '$$', ':-', 'SLUICE_FUZZ_ALLOWED', 'HOME', '${SLUICE_FUZZ_ALLOWED}'), fc.string({ maxLength: 6 })).map((parts) => parts.join('')),
+);
+const variableFields = fc.oneof(
+  fc.record({ type: fc.constantFrom('openai', 'echo'), api_key: withVariables, headers: fc.dictionary(fc.string({ maxLength: 8 }), withVariables, { maxKeys: 2 }), base_url: withVariables, anthropic_version: withVariables }, { requiredKeys: ['type'] }),
+  fc.record({ provider: fc.constantFrom('echo', '${SLUICE_FUZZ_ALLOWED}'), upstream_model: withVariables, retry: fc.record({ max_attempts: withVariables }) }, { requiredKeys: ['provider'] }),
+  fc.record({ targets: fc.array(fc.record({ provider: fc.constant('echo'), model: withVariables, headers: fc.dictionary(fc.string({ maxLength: 8 }), withVariables, { maxKeys: 2 }) }), { minLength: 1, maxLength: 2 }) }),
+  fc.record({ key: withVariables, key_sha256: withVariables, metadata: fc.dictionary(fc.string({ maxLength: 8 }), withVariables, { maxKeys: 2 }), limits: fc.record({ rpm: withVariables }) }, { requiredKeys: [] }),
+);
 const body = fc.oneof(
+  variableFields.map((v) => JSON.stringify(v)),
   fc.constantFrom('{"provider":"echo"}', '{"type":"echo"}', '{"key":"sk-fuzz-valid-key-2"}', '{"name":"fz-b"}'),
   fc.jsonValue({ maxDepth: 4 }).map((v) => JSON.stringify(v)),
   fc.record({ type: fc.constantFrom('openai', 'anthropic', 'echo', 'x'), base_url: fc.oneof(fc.webUrl(), fc.string()), api_key: fc.string(), provider: fc.constantFrom('echo', 'none', ''), key: fc.string(), key_sha256: fc.string(), name: fc.string() }, { requiredKeys: [] }).map((v) => JSON.stringify(v)),

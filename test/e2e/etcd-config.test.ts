@@ -323,7 +323,7 @@ describe('etcd: the admin write API', { skip }, () => {
     assert.match(json(bad).error.message, /base_url/);
     const orphan = await adminCall(gw, 'PUT', '/config/models/orphan', { provider: 'nope' });
     assert.equal(orphan.status, 400);
-    assert.match(json(orphan).error.message, /unknown provider "nope"/);
+    assert.match(json(orphan).error.message, /^models\/orphan: provider: no provider of that name \(known: (".+", )*"echo"(, ".+")*\)$/);
     const notJson = await httpRequest(`${gw.adminUrl}/config/models/x`, { method: 'PUT', headers: { ...auth, 'content-type': 'application/json' }, body: '{' });
     assert.equal(notJson.status, 400);
     // A body not declared as JSON is refused before it is read.

@@ -26,7 +26,7 @@ const RESOURCES = {
     { name: 'gpt-4o', provider: 'upstream', upstream_model: 'gpt-4o-2024-08-06' },
     { name: 'claude-*', provider: 'upstream' },
   ],
-  keys: [{ name: 'ci', key: 'sk-client-0123456789' }],
+  keys: [{ name: 'ci', key: 'sk-client-0123456789', models: ['echo', 'gpt-*'], limits: { rpm: 60, models: { echo: { tpm: 1000 } } }, budget: { usd: 10, period: 'day' } }],
 };
 
 let gw: GatewayProcess;
@@ -82,10 +82,10 @@ describe('sluice get', () => {
     ]);
   });
 
-  test('SLUICE_ADMIN_TOKEN is the token when --token is not given', async () => {
+  test('SLUICE_ADMIN_TOKEN is the token when --token is not given; get keys shows what each key may do (models, limits, budget), never the key', async () => {
     const result = await run(['get', 'keys', '--admin', gw.adminUrl], { SLUICE_ADMIN_TOKEN: TOKEN });
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^NAME\s+KEY_SHA256\s+REVISION\nci\s+\S{12}…\s+0\n$/);
+    assert.match(result.stdout, /^NAME\s+MODELS\s+LIMITS\s+BUDGET\s+STATE\s+KEY_SHA256\s+REVISION\nci\s+echo,gpt-\*\s+rpm=60; echo: tpm=1000\s+\$10\/day\s+enabled\s+\S{12}…\s+0\n$/);
     assert.doesNotMatch(result.stdout, /sk-client/);
   });
 

@@ -123,6 +123,15 @@ describe('unknown keys', () => {
     },
   );
 
+  test('an unknown key with no close sibling: the section it belongs in (a level or two further in), else the keys allowed there', () => {
+    const problems = problemsOf(`${PROXY}min_drain_secs: 3\nenabled: true\nlimits:\n  rpm: 5\ntelemetry: {}\nshutdown:\n  tracing: 1\n`);
+    assert.equal(problemAt(problems, 'min_drain_secs').message, 'unknown key "min_drain_secs" (did you mean "shutdown.min_drain_secs"?)');
+    assert.equal(problemAt(problems, 'enabled').message, 'unknown key "enabled" (did you mean "hot_restart.enabled" or "tracing.enabled"?)');
+    assert.equal(problemAt(problems, 'limits.rpm').message, 'unknown key "rpm" (did you mean "limits.global.rpm"?)');
+    assert.match(problemAt(problems, 'telemetry').message, /^unknown key "telemetry" \(known keys: workers, listeners, providers, .*, tracing\)$/);
+    assert.match(problemAt(problems, 'shutdown.tracing').message, /^unknown key "tracing" \(known keys: min_drain_secs, /);
+  });
+
   test('several unknown keys in one mapping are all named', () => {
     const problems = problemsOf(`${PROXY}log: { colour: red, style: json }\n`);
     const text = problems.map((p) => p.message).join('\n');
@@ -163,6 +172,41 @@ keys: "${secret}"
     for (const leaked of [secret, '987654321', '11223344']) assert.ok(!all.includes(leaked), `${leaked} in ${all}`);
     const named = problemsOf(`${PROXY}keys: [{ name: ci, key: 12345678901 }]\n`);
     assert.ok(!JSON.stringify(named).includes('12345678901'), JSON.stringify(named));
+  });
+
+  test('a value that came from a ${VAR} is never quoted, nor hinted at; a literal of the file is, with a "did you mean" for an allowed value', () => {
+    const secret = 'antropic-0123456789';
+    const text = `${PROXY}  - { name: a, address: "\${ADDR}", role: admin }
+providers:
+  - { name: p, type: "\${TYPE}" }
+  - { name: q, type: antropic }
+  - { name: r, type: "\${NEAR}" }
+models:
+  - { name: m, provider: "\${PROVIDER}" }
+  - { name: n, provider: ghost }
+shutdown: { min_drain_secs: "\${SECS}" }
+log: { level: WARN }
+`;
+    const problems = problemsOf(text, { ADDR: '10.1.2.3:4567', TYPE: secret, NEAR: 'antropic', PROVIDER: secret, SECS: secret });
+    for (const leaked of [secret, '10.1.2.3', '4567']) assert.ok(!JSON.stringify(problems).includes(leaked), `${leaked} in ${JSON.stringify(problems)}`);
+    assert.equal(problemAt(problems, 'providers[0].type').message, 'expected one of "openai" | "anthropic" | "echo"');
+    assert.equal(problemAt(problems, 'providers[1].type').message, 'expected one of "openai" | "anthropic" | "echo", got "antropic" (did you mean "anthropic"?)');
+    assert.equal(problemAt(problems, 'providers[2].type').message, 'expected one of "openai" | "anthropic" | "echo"', 'no hint from a value that came from a variable');
+    assert.equal(problemAt(problems, 'listeners[1].address').message, 'an admin listener binds to loopback unless admin.allow_non_loopback is true');
+    assert.equal(problemAt(problems, 'models[0].provider').message, 'no provider of that name');
+    assert.equal(problemAt(problems, 'models[1].provider').message, 'unknown provider "ghost" (known: "p", "q", "r")');
+    assert.equal(problemAt(problems, 'shutdown.min_drain_secs').message, 'expected number, got a string');
+    assert.match(problemAt(problems, 'log.level').message, /got "WARN" \(did you mean "warn"\?\)$/);
+  });
+
+  test('a cross-check quotes a value only if every value it quotes may be (a provider name from a ${VAR} hides the list of known ones)', () => {
+    const text = `${PROXY}providers:\n  - { name: "\${NAME}", type: echo }\nmodels:\n  - { name: m, provider: ghost }\n`;
+    const problems = problemsOf(text, { NAME: 'secret-provider-name' });
+    assert.equal(problemAt(problems, 'models[0].provider').message, 'no provider of that name');
+    const timeouts = problemsOf(`${PROXY}downstream: { headers_timeout_secs: 50, request_timeout_secs: "\${RT}" }\n`, { RT: '20' });
+    assert.equal(problemAt(timeouts, 'downstream.headers_timeout_secs').message, 'must not exceed downstream.request_timeout_secs');
+    const literal = problemsOf(`${PROXY}downstream: { headers_timeout_secs: 50, request_timeout_secs: 20 }\n`);
+    assert.equal(problemAt(literal, 'downstream.headers_timeout_secs').message, 'must not exceed downstream.request_timeout_secs (20)');
   });
 
   test('a missing required field is reported as required', () => {
@@ -366,6 +410,15 @@ describe('interpolation', () => {
   test('keys are not interpolated, only values', () => {
     const out = interpolate({ '${K}': '${K}' }, { K: 'v' });
     assert.deepEqual(out, { '${K}': 'v' });
+  });
+
+  test('interpolate() tells which strings a variable went into, and interpolates only where told', () => {
+    const expanded: (string | number)[][] = [];
+    const out = interpolate({ a: '${X}', b: 'plain $$', c: ['${Y:-y}'], d: '$${X}' }, { X: 'x' }, [], { expanded });
+    assert.deepEqual(out, { a: 'x', b: 'plain $', c: ['y'], d: '${X}' });
+    assert.deepEqual(expanded, [['a'], ['c', 0]]);
+    const only = interpolate({ secret: '${X}', other: '${X} $$' }, { X: 'x' }, [], { where: (path) => path[0] === 'secret' });
+    assert.deepEqual(only, { secret: 'x', other: '${X} $$' });
   });
 
   test('interpolate() leaves non-strings alone and reports missing paths', () => {

@@ -5,6 +5,8 @@
 import { after, before, beforeEach, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hash } from 'node:crypto';
+import fc from 'fast-check';
+import { parse } from 'yaml';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -380,6 +382,49 @@ describe('the apply file', () => {
     assert.ok(!missing.ok && /cannot read .*absent\.yaml/.test(missing.problems[0]!));
   });
 
+  test('${VAR} is resolved from apply\'s environment as the loader resolves it, but not in the fields that carry a credential (each gateway resolves those)', () => {
+    const text = `providers:
+  - { name: "\${P_NAME}", type: openai, base_url: "\${BASE:-http://127.0.0.1:9/v1}", api_key: "\${OPENAI_API_KEY}", headers: { x-org: "org-\${ORG}", x-cost: "$$5" } }
+models:
+  - { name: m, provider: p, upstream_model: "a$$b-\${MODEL}", targets_note: "\${MODEL}" }
+  - { name: t, targets: [{ provider: p, model: "\${MODEL}", headers: { authorization: "Bearer \${TOKEN}" } }] }
+keys:
+  - { name: team-a, key: "\${TEAM_A_KEY}", metadata: { team: "\${TEAM}" } }
+`;
+    const read = readApplyFile(file(text), { P_NAME: 'p', MODEL: 'gpt-4o', TEAM_A_KEY: 'sk-team-a-0123456789', TEAM: 'search', OPENAI_API_KEY: 'sk-never-read', TOKEN: 'never-read' });
+    assert.ok(read.ok, read.ok ? '' : read.problems.join('\n'));
+    const [provider, model, routed, key] = read.items.map((i) => i.body) as Record<string, any>[];
+    assert.deepEqual(provider, { name: 'p', type: 'openai', base_url: 'http://127.0.0.1:9/v1', api_key: '${OPENAI_API_KEY}', headers: { 'x-org': 'org-${ORG}', 'x-cost': '$$5' } });
+    assert.equal(model!.upstream_model, 'a$b-gpt-4o');
+    assert.equal(model!.targets_note, 'gpt-4o', 'any other field, even one the schema will refuse, is resolved');
+    assert.deepEqual(routed!.targets, [{ provider: 'p', model: 'gpt-4o', headers: { authorization: 'Bearer ${TOKEN}' } }]);
+    assert.deepEqual(key, { name: 'team-a', key: 'sk-team-a-0123456789', metadata: { team: 'search' } });
+  });
+
+  test('a variable apply does not have, or a key that keeps "${", is a problem naming the place and the variable, never a value', () => {
+    const read = readApplyFile(
+      file('models:\n  - { name: m, provider: p, upstream_model: "${MODEL}" }\nkeys:\n  - { name: a, key: "${A_KEY}" }\n  - { name: b, key: "${B_KEY}" }\n  - { name: c, key: "$${C_KEY}" }\n'),
+      { B_KEY: 'sk-${HIDDEN}-0123456789' },
+    );
+    assert.ok(!read.ok);
+    assert.deepEqual(read.problems, [
+      'models[0].upstream_model: environment variable ${MODEL} is not set where sluice apply runs (write ${MODEL:-} for an optional value)',
+      'keys[0].key: environment variable ${A_KEY} is not set where sluice apply runs (write ${A_KEY:-} for an optional value)',
+      'keys[1].key: a client key must not contain "${" (an unresolved ${VAR}?)',
+      'keys[2].key: a client key must not contain "${" (an unresolved ${VAR}?)',
+    ]);
+  });
+
+  test('a refused file: every problem, then "nothing was applied", and no request', async () => {
+    const result = await apply(file('keys:\n  - { name: a, key: "${SLUICE_TEST_SURELY_UNSET_KEY}" }\n'));
+    assert.equal(result.code, 1);
+    assert.deepEqual(result.errors, [
+      'sluice apply: keys[0].key: environment variable ${SLUICE_TEST_SURELY_UNSET_KEY} is not set where sluice apply runs (write ${SLUICE_TEST_SURELY_UNSET_KEY:-} for an optional value)',
+      'sluice apply: nothing was applied',
+    ]);
+    assert.equal(fake.calls.length, 0);
+  });
+
   test('empty lists are nothing to do', () => {
     const read = readApplyFile(file('providers: []\nmodels:\n'));
     assert.deepEqual(read, { ok: true, items: [] });
@@ -405,9 +450,56 @@ describe('sluice get against a fake admin API', () => {
       'e        echo     -                           102',
     ]);
     const keys = await get('key');
-    assert.deepEqual(keys.lines, ['NAME   KEY_SHA256      REVISION', `ci     ${sha256('sk-ci-0123456789').slice(0, 12)}…   103`]);
+    assert.deepEqual(keys.lines, ['NAME   MODELS   LIMITS   BUDGET   STATE     KEY_SHA256      REVISION', `ci     all      -        -        enabled   ${sha256('sk-ci-0123456789').slice(0, 12)}…   103`]);
     const one = await get('providers', 'e');
     assert.deepEqual(one.lines, ['NAME   TYPE   BASE_URL   REVISION', 'e      echo   -          102']);
+  });
+
+  test('get keys shows what each key may do: its models, limits (its own and per model), budget, and whether it is enabled or expires', async () => {
+    fake.seed('keys', {
+      name: 'search',
+      key: 'sk-search-0123456789',
+      models: ['gpt-4o*', 'claude-sonnet-*'],
+      expires_at: '2027-06-30',
+      limits: { rpm: 600, tpm: 200000, concurrent: 20, models: { 'gpt-4o': { tpm: 50000 } } },
+      budget: { usd: 250, period: 'month' },
+    });
+    fake.seed('keys', { name: 'off', key: 'sk-off-0123456789', models: [], enabled: false, budget: { usd: 5, period: 'day' } });
+    const keys = await get('keys');
+    assert.equal(keys.code, 0, keys.errors.join('\n'));
+    assert.deepEqual(keys.lines, [
+      'NAME     MODELS                    LIMITS                                                BUDGET       STATE                KEY_SHA256      REVISION',
+      `search   gpt-4o*,claude-sonnet-*   rpm=600 tpm=200000 concurrent=20; gpt-4o: tpm=50000   $250/month   expires 2027-06-30   ${sha256('sk-search-0123456789').slice(0, 12)}…   101`,
+      `off      none                      -                                                     $5/day       disabled             ${sha256('sk-off-0123456789').slice(0, 12)}…   102`,
+    ]);
+  });
+
+  test('fuzz: whatever a name or value holds, no control character is printed raw, and -o json / -o yaml read back the same resource', async () => {
+    const CONTROL = /[\u0000-\u0009\u000b-\u001f\u007f-\u009f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069]/;
+    // Mostly controls, escape sequences and separators, among ordinary text.
+    const hostile = fc.string({
+      unit: fc.oneof(fc.constantFrom('\u001b', '\u009b', '\u0007', '\r', '\n', '\t', '\u2028', '\u202e', '\u0000', '"', '\\', '#', ': ', '[', '{', '$'), fc.string({ unit: 'binary', minLength: 1, maxLength: 1 })),
+      minLength: 1,
+      maxLength: 12,
+    });
+    const seed = Number(process.env.SLUICE_FUZZ_SEED ?? 20261203);
+    await fc.assert(
+      fc.asyncProperty(hostile, hostile, hostile, async (name, upstream, label) => {
+        fake.reset();
+        const item = { name, provider: upstream, upstream_model: upstream, metadata_like: { [label]: name } };
+        fake.seed('models', item);
+        for (const output of [undefined, 'json', 'yaml']) {
+          const result = await get('models', undefined, output);
+          assert.equal(result.code, 0, result.errors.join('\n'));
+          const text = [...result.lines, ...result.errors].join('\n');
+          assert.doesNotMatch(text, CONTROL, JSON.stringify(text));
+          if (output === 'json') assert.deepEqual((JSON.parse(result.lines.join('\n')) as { items: object[] }).items, [{ ...item, revision: fake.revision }]);
+          if (output === 'yaml') assert.deepEqual((parse(result.lines.join('\n')) as { models: object[] }).models, [item]);
+          if (output === undefined) assert.equal(result.lines.length, 2, 'one line per resource, whatever its name holds');
+        }
+      }),
+      { seed, numRuns: Number(process.env.SLUICE_FUZZ_RUNS ?? 100) },
+    );
   });
 
   test('-o yaml is a file apply -f takes (no revision, no api_key_set), with a note for the secret not shown', async () => {
