@@ -2,6 +2,10 @@
 import type { Logger } from 'pino';
 import { writeInfo } from './logger.ts';
 import type { Metrics } from './metrics.ts';
+import { capClientFields } from './log-cap.ts';
+
+/** The fields of an access line that a client chose: each cut to a bounded length (log-cap.ts). */
+const CLIENT_FIELDS = ['method', 'path', 'model', 'downstream_request_id'] as const;
 
 export interface FinishedRequest {
   id: string;
@@ -55,7 +59,7 @@ export class AccessLog {
     }
     if (r.costMicros !== undefined && r.costMicros > 0) m.spend.add(r.costMicros, r.modelEntry, r.keyName ?? '');
     if (!this.#logger) return;
-    writeInfo(this.#logger, {
+    const line = {
       event: 'access',
       request_id: r.id,
       downstream_request_id: r.downstreamRequestId,
@@ -76,7 +80,8 @@ export class AccessLog {
       cached_tokens: r.usage?.cached || undefined,
       usage_estimated: r.usage?.estimated || undefined,
       cost_usd: r.costMicros === undefined ? undefined : r.costMicros / 1e6,
-    });
+    };
+    writeInfo(this.#logger, capClientFields(line, CLIENT_FIELDS));
   }
 }
 
