@@ -69,6 +69,7 @@ export class RealtimeRoute implements UpgradeRoute {
     if (!provider.supports('realtime') || !provider.realtimeTarget) {
       return reject(errors.unsupportedEndpoint(model, provider.name, provider.type, '/v1/realtime'));
     }
+    ctx.servedModel = route.targets[0]!.model ?? route.entry;
     const target = provider.realtimeTarget(upstreamRealtimeQuery(route.upstreamModel ?? model, query.intent));
     const upstreamHeaders: Record<string, string> = { ...target.headers, ...route.targets[0]!.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];

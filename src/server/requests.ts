@@ -74,11 +74,13 @@ export function createExchangeRecorder(services: RequestServices) {
       model: ctx.model,
       modelEntry: ctx.modelEntry,
       provider: ctx.provider,
+      servedModel: ctx.servedModel,
       listener: ctx.listener,
       protocol: ctx.protocol,
       errorCode: ctx.errorCode,
       usage: ctx.usage,
       attempts: ctx.attempts,
+      attemptLog: ctx.attemptLog,
       keyName: ctx.keyName,
       costMicros: ctx.costMicros,
     };
