@@ -11,6 +11,7 @@ import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { startTracing } from './telemetry/tracing.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
+import { OpenProxyWarnings } from './auth/open-proxy.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
 import { openStore } from './limits/open-store.ts';
@@ -32,6 +33,9 @@ import { oneProcess, type Supervision } from './cluster/supervision.ts';
 import { configStore, type ResourceStore } from './config/store.ts';
 import type { SourceState } from './config/etcd-source.ts';
 import { isDeepStrictEqual } from 'node:util';
+
+/** The `client_keys` check's words when it fails. */
+const NO_CLIENT_KEYS = 'auth.require_key is on and no client key exists: every proxy request gets 401 no_client_keys';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -275,6 +279,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   gatewayRef = gateway;
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: current.resources_pending === undefined },
+    { name: 'client_keys', ok: !gateway.routing.keys.closed, detail: NO_CLIENT_KEYS },
     { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: !lifecycle.draining },
@@ -394,7 +399,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     throw error;
   }
   lifecycle.markServing();
+  // The process that says `ready` (one process, a supervisor) also says which proxy listeners anyone can use.
+  const openProxies = options.announceReady !== false ? new OpenProxyWarnings((l) => logger.warn({ event: 'proxy_open', listener: l.name, address: l.address }, `proxy listener "${l.name}" on ${l.address} needs no client key: anyone who can reach it can use every configured provider (add keys, or set auth.require_key: true)`)) : undefined;
   if (options.announceReady !== false) {
+    const notReady = config.resources_pending ?? (gateway.routing.keys.closed ? NO_CLIENT_KEYS : undefined);
     logger.info(
       {
         event: 'ready',
@@ -403,9 +411,11 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
         keys: config.keys.length,
         ...supervision.logFields(),
         ...(config.resources_pending !== undefined ? { config_loaded: false } : {}),
+        ...(gateway.routing.keys.closed ? { client_keys: false } : {}),
       },
-      config.resources_pending === undefined ? 'sluice is ready' : `sluice is listening, not ready: ${config.resources_pending}`,
+      notReady === undefined ? 'sluice is ready' : `sluice is listening, not ready: ${notReady}`,
     );
+    openProxies!.check(fullConfig);
   }
 
   /** Logs and counts a reload that was refused or could not be applied: the previous config keeps serving. */
@@ -565,6 +575,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     prepared.commit();
     currentFull = nextFull;
     supervision.finishReload(true);
+    openProxies?.check(nextFull);
     return true;
   }
 

@@ -68,6 +68,9 @@ export const errors = {
   missingKey: () => new GatewayError(401, 'authentication_error', 'missing_api_key', 'missing API key: send "Authorization: Bearer <key>" or "x-api-key: <key>"'),
   invalidKey: () => new GatewayError(401, 'authentication_error', 'invalid_api_key', 'invalid API key'),
   keyExpired: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_expired', `API key "${name}" has expired`),
+  /** 401: `auth.require_key` is on and no client key exists (yet, or any more): nothing is let in. */
+  noClientKeys: () =>
+    new GatewayError(401, 'authentication_error', 'no_client_keys', 'this gateway requires a client key (auth.require_key) and none is configured: no request is served until one is added'),
   keyDisabled: (name: string) => new GatewayError(401, 'authentication_error', 'api_key_disabled', `API key "${name}" is disabled`),
   modelNotAllowed: (model: string, key: string) => new GatewayError(403, 'permission_error', 'model_not_allowed', `API key "${key}" may not use model "${model}"`),
   /** 429: a rate or concurrency limit; `headers` carry Retry-After and the x-ratelimit-* readings. */
@@ -103,10 +106,12 @@ export const errors = {
 } as const;
 
 /** The 401 for an authentication that failed, by its reason. */
-export function authError(reason: 'missing' | 'invalid' | 'expired' | 'disabled', keyName = ''): GatewayError {
+export function authError(reason: 'missing' | 'invalid' | 'expired' | 'disabled' | 'no_keys', keyName = ''): GatewayError {
   switch (reason) {
     case 'missing':
       return errors.missingKey();
+    case 'no_keys':
+      return errors.noClientKeys();
     case 'expired':
       return errors.keyExpired(keyName);
     case 'disabled':

@@ -49,17 +49,24 @@ export class ClientKey {
   }
 }
 
-/** Every request is let in when no key is configured: the open gateway's "key". */
+/** Every request is let in when no key is configured (and none is required): the open gateway's "key". */
 const OPEN_KEY = new ClientKey('');
 
-export type AuthResult = { ok: true; key: ClientKey } | { ok: false; reason: 'missing' | 'invalid' | 'expired' | 'disabled'; keyName?: string };
+/** Why a request was refused: `no_keys` when a key is required (`auth.require_key`) and none exists. */
+export type AuthFailure = 'missing' | 'invalid' | 'expired' | 'disabled' | 'no_keys';
+
+export type AuthResult = { ok: true; key: ClientKey } | { ok: false; reason: AuthFailure; keyName?: string };
 
 const OPEN: AuthResult = { ok: true, key: OPEN_KEY };
+const NO_KEYS: AuthResult = { ok: false, reason: 'no_keys' };
 
 export class ClientKeys {
   readonly #digests = new Map<string, { digest: Buffer; key: ClientKey }>();
+  /** With no key at all, every request is refused rather than let in (`auth.require_key`). */
+  readonly required: boolean;
 
-  constructor(keys: Config['keys']) {
+  constructor(keys: Config['keys'], options: { required?: boolean } = {}) {
+    this.required = options.required === true;
     keys.forEach((entry, index) => {
       const name = typeof entry === 'string' ? `key-${index}` : entry.name;
       // A key given only as its digest (as the admin API stores them) is looked up the same way.
@@ -72,8 +79,13 @@ export class ClientKeys {
     return this.#digests.size > 0;
   }
 
+  /** A key is required and none exists: every request is refused (the `client_keys` readiness check fails). */
+  get closed(): boolean {
+    return this.required && this.#digests.size === 0;
+  }
+
   check(headers: IncomingHttpHeaders, now: number = Date.now()): AuthResult {
-    if (this.#digests.size === 0) return OPEN;
+    if (this.#digests.size === 0) return this.required ? NO_KEYS : OPEN;
     const presented = presentedKey(headers);
     if (presented === undefined) return { ok: false, reason: 'missing' };
     const digest = sha256(presented);

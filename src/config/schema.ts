@@ -416,6 +416,15 @@ const price = z.strictObject({
 });
 export type PriceConfig = z.infer<typeof price>;
 
+const auth = z.strictObject({
+  /**
+   * Every proxy request must present a client key, even when none exists (then each gets
+   * 401 no_client_keys and readiness fails `client_keys`): deleting the last key closes the gateway
+   * rather than opening it. Default: on in etcd mode, off otherwise (`requiresClientKey`).
+   */
+  require_key: fromEnv(z.boolean()).optional(),
+});
+
 const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
 
 /** A host name of ASCII labels (a browser sends an international name in its xn-- form). */
@@ -466,6 +475,7 @@ export const configSchema = z
     providers: z.array(providerSchema).default([]),
     models: z.array(modelSchema).default([]),
     keys: z.array(clientKey).default([]),
+    auth: auth.default(auth.parse({})),
     shutdown: shutdown.default(shutdown.parse({})),
     downstream: downstream.default(downstream.parse({})),
     upstream: upstream.default(upstream.parse({})),
@@ -486,7 +496,10 @@ export const configSchema = z
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.
     when: (payload) => payload.value !== null && typeof payload.value === 'object',
-  });
+  })
+  // Settled here, in the bootstrap file's parse: etcd mode's resources are composed into a config
+  // without its `etcd` section, which must keep what the bootstrap decided.
+  .overwrite((config) => (config.auth.require_key === undefined ? { ...config, auth: { ...config.auth, require_key: config.etcd !== undefined } } : config));
 
 type Named = { name?: unknown };
 
@@ -605,6 +618,11 @@ export type Config = z.infer<typeof configSchema> & {
 /** The config with only the listeners of `role`: a supervisor serves the admin ones, its workers the proxy ones. */
 export function withListenersOf(config: Config, role: ListenerConfig['role']): Config {
   return { ...config, listeners: config.listeners.filter((l) => l.role === role) };
+}
+
+/** Whether every proxy request needs a client key: `auth.require_key`, by default on in etcd mode (resources written at run time) and off otherwise. */
+export function requiresClientKey(config: Pick<Config, 'auth' | 'etcd'>): boolean {
+  return config.auth.require_key ?? config.etcd !== undefined;
 }
 
 /** How many worker processes `workers` asks for on a machine offering `cpus` CPUs. */

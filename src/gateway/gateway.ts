@@ -1,7 +1,7 @@
 // The proxy's request handling: auth, body, model routing, then the provider. Everything a request
 // needs comes from one Routing snapshot read when it starts, so a config swap never splits a
 // request between two configs.
-import type { Config } from '../config/schema.ts';
+import { requiresClientKey, type Config } from '../config/schema.ts';
 import type { Provider, Endpoint } from '../providers/types.ts';
 import { createProviders } from '../providers/registry.ts';
 import { ModelRouter } from '../routing/router.ts';
@@ -47,7 +47,7 @@ export function createRouting(config: Config, events: ModelListEvents, previous?
     targets,
     cooldown: { failures: r.cooldown_failures, secs: r.cooldown_secs, maxSecs: r.cooldown_max_secs },
     retryBudget: { percent: r.retry_budget_percent, minConcurrency: r.min_retry_concurrency },
-    keys: new ClientKeys(config.keys),
+    keys: new ClientKeys(config.keys, { required: requiresClientKey(config) }),
     bodyLimit: config.downstream.request_body_limit_bytes,
     models: new ModelCatalog(router, providers, events),
     pending: config.resources_pending,

@@ -1,6 +1,7 @@
 // GET /v1/realtime: a WebSocket session proxied to an OpenAI-type provider's realtime endpoint.
-// Auth and routing are checked before the handshake (a failure is an HTTP status, not a socket
-// that opens and closes). The upstream socket opens first, so the client's handshake answers with
+// Auth, the query string and routing are checked before the handshake (a failure is an HTTP
+// status, not a socket that opens and closes), and the upstream is sent only the parameters that
+// were checked. The upstream socket opens first, so the client's handshake answers with
 // the subprotocol the provider chose. Frames are relayed both ways; `response.done` usage is
 // summed per session. The session stays in flight until both sockets have closed (L7).
 import { WebSocket, WebSocketServer, type RawData } from 'ws';
@@ -12,6 +13,7 @@ import { authError, errors, type GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError } from './upstream-errors.ts';
 import { readUsageFrom } from './usage.ts';
 import { checkHandshake } from './websocket-handshake.ts';
+import { checkRealtimeQuery, upstreamRealtimeQuery } from './realtime-query.ts';
 
 export interface RealtimeEnvironment {
   routing(): Routing;
@@ -54,9 +56,9 @@ export class RealtimeRoute implements UpgradeRoute {
       return reject(authError(auth.reason, auth.keyName));
     }
     ctx.key = auth.key;
-    const query = new URL(req.url ?? '/', 'http://gateway').searchParams;
-    const model = query.get('model');
-    if (!model) return reject(errors.missingModel());
+    const query = checkRealtimeQuery(req.url ?? '/');
+    if (!query.ok) return reject(query.error);
+    const { model } = query;
     ctx.model = model;
     if (!auth.key.allows(model)) return reject(errors.modelNotAllowed(model, auth.key.name));
     const route = routing.router.resolve(model);
@@ -67,8 +69,8 @@ export class RealtimeRoute implements UpgradeRoute {
     if (!provider.supports('realtime') || !provider.realtimeTarget) {
       return reject(errors.unsupportedEndpoint(model, provider.name, provider.type, '/v1/realtime'));
     }
-    if (route.upstreamModel) query.set('model', route.upstreamModel);
-    const target = provider.realtimeTarget(query);
+    ctx.servedModel = route.targets[0]!.model ?? route.entry;
+    const target = provider.realtimeTarget(upstreamRealtimeQuery(route.upstreamModel ?? model, query.intent));
     const upstreamHeaders: Record<string, string> = { ...target.headers, ...route.targets[0]!.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];
     if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;

@@ -16,6 +16,7 @@ import type { CooldownSettings } from '../routing/targets.ts';
 import type { RetryBudget } from '../routing/retry-budget.ts';
 import { backoffMs, countsAgainstTarget, listed } from '../routing/failures.ts';
 import type { RequestContext } from '../server/context.ts';
+import type { AttemptRecord } from '../telemetry/access-log.ts';
 import { errors, GatewayError } from '../api/errors.ts';
 import { TranslationError, type Json, type StreamOutcome, type StreamTranslator } from '../translate/types.ts';
 import { translationFor } from '../translate/registry.ts';
@@ -109,6 +110,9 @@ export class RoutedExchange implements RelayController, AttemptOwner {
   #jsonBytes = 0;
   /** A translated JSON answer's status and headers, sent with its translated body. */
   #heldStart: { status: number; headers: IncomingHttpHeaders } | undefined;
+  /** When the attempt in progress started; every attempt, from the first failure on (the access line's `attempts`). */
+  #launchedAt = 0;
+  #log: AttemptRecord[] | undefined;
 
   constructor(request: RoutedRequest, env: ExchangeEnvironment, downstream: Downstream) {
     this.#req = request;
@@ -147,6 +151,7 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     if (this.#aborted) return;
     this.#aborted = true;
     this.#waiting?.cancel();
+    if (!this.#committed && this.#current && this.#log) this.#record(this.#current.prepared, 'cancelled', undefined, this.#env.clock.now() - this.#launchedAt);
     (this.#committed ?? this.#current)?.abandon(reason);
     this.#finish('cancelled');
   }
@@ -218,7 +223,9 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     this.#attempts++;
     this.#req.ctx.provider = prepared.provider.name;
     this.#req.ctx.upstreamModel = prepared.target.model ?? this.#req.ctx.model;
-    prepared.state.begin(this.#env.clock.now());
+    this.#req.ctx.servedModel = prepared.label;
+    this.#launchedAt = this.#env.clock.now();
+    prepared.state.begin(this.#launchedAt);
     const attempt = new Attempt(this, prepared, this.#env.clock, this.#stream, this.#stream && this.#mayTryAgain(prepared.index));
     this.#current = attempt;
     let request = prepared.request;
@@ -336,6 +343,7 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     prepared.state.end();
     this.#endBudget();
     this.#env.attempted(prepared.provider.name, prepared.label, failure.kind);
+    this.#record(prepared, failure.kind, failure.status, now - this.#launchedAt);
     if (countsAgainstTarget(failure.kind)) {
       if (prepared.state.failed(failure.kind, now, this.#req.cooldown, failure.retryAfterMs)) {
         this.#env.cooldownStarted(prepared.provider.name, prepared.label, failure.kind, prepared.state.openUntil - now);
@@ -376,6 +384,11 @@ export class RoutedExchange implements RelayController, AttemptOwner {
       return this.#next(false, failure);
     }
     this.#launch(prepared2);
+  }
+
+  /** An attempt for the access line; the list is made at the first failure, so a request answered at once allocates nothing. */
+  #record(prepared: Prepared, outcome: string, status: number | undefined, ms: number): void {
+    (this.#log ??= []).push({ target: `${prepared.provider.name}/${prepared.label}`, outcome, status, ms: Math.round(ms) });
   }
 
   #takeBudget(): boolean {
@@ -484,6 +497,7 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     prepared.state.succeeded(latencyMs);
     attempt.trace?.committed(status);
     this.#env.attempted(prepared.provider.name, prepared.label, 'success');
+    if (this.#log) this.#record(prepared, 'success', status, latencyMs);
     this.#begin(prepared, status, headers);
     if (this.#paused) attempt.controller?.pause();
   }
@@ -675,6 +689,7 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     this.#endBudget();
     this.#env.budget.requestFinished();
     this.#req.ctx.attempts = this.#attempts;
+    this.#req.ctx.attemptLog = this.#log;
     // Attempts that failed before a commit have ended their spans already.
     const attempt = this.#committed ?? this.#current;
     let usage: Usage | undefined | Promise<Usage>;

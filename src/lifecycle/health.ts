@@ -4,6 +4,8 @@
 export interface HealthCheck {
   name: string;
   ok: boolean;
+  /** Why it fails, in words, when the name alone does not say (shown only while it fails). */
+  detail?: string | undefined;
 }
 
 export interface HealthAnswer {
@@ -23,10 +25,10 @@ export function readiness(checks: HealthCheck[], verbose: boolean): HealthAnswer
   if (!verbose) {
     if (ok) return READY;
     const failing = checks.find((c) => !c.ok)!;
-    return { status: 503, body: JSON.stringify({ status: 'not_ready', reason: failing.name }) };
+    return { status: 503, body: JSON.stringify({ status: 'not_ready', reason: failing.name, detail: failing.detail }) };
   }
   return {
     status: ok ? 200 : 503,
-    body: JSON.stringify({ status: ok ? 'ready' : 'not_ready', checks: checks.map((c) => ({ name: c.name, status: c.ok ? 'pass' : 'fail' })) }),
+    body: JSON.stringify({ status: ok ? 'ready' : 'not_ready', checks: checks.map((c) => ({ name: c.name, status: c.ok ? 'pass' : 'fail', detail: c.ok ? undefined : c.detail })) }),
   };
 }

@@ -7,6 +7,7 @@ import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { ErrorDialect } from '../api/errors.ts';
 import type { RequestTrace } from '../telemetry/tracing.ts';
+import type { AttemptRecord } from '../telemetry/access-log.ts';
 
 /** What the request's client key may do (auth/keys.ts's ClientKey). */
 export interface KeyGrant {
@@ -73,8 +74,12 @@ export class ExchangeContext {
   watch = false;
   /** Upstream attempts made (retries and fallbacks included); 0 when none was needed. */
   attempts = 0;
+  /** Each attempt, once a request has needed more than one (undefined for a single attempt: it costs nothing then). */
+  attemptLog: AttemptRecord[] | undefined = undefined;
   /** The model the provider was asked for (a target's model, or the client's name). */
   upstreamModel = '';
+  /** The target's configured model that served (the route entry when it keeps the client's name): a bounded metrics label. */
+  servedModel = '';
   /** What the request cost, in micro-dollars, when its model has a price. */
   costMicros: number | undefined = undefined;
   /** Its span, when tracing is on (ended with the access line). */

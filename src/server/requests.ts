@@ -12,6 +12,7 @@ import { sendError, sendJson } from './respond.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import { discardRest } from './body.ts';
 import { clientErrorCodes } from './client-error.ts';
+import { capClientFields } from '../telemetry/log-cap.ts';
 import type { Listener } from './listener.ts';
 
 export interface RouteTable {
@@ -73,11 +74,13 @@ export function createExchangeRecorder(services: RequestServices) {
       model: ctx.model,
       modelEntry: ctx.modelEntry,
       provider: ctx.provider,
+      servedModel: ctx.servedModel,
       listener: ctx.listener,
       protocol: ctx.protocol,
       errorCode: ctx.errorCode,
       usage: ctx.usage,
       attempts: ctx.attempts,
+      attemptLog: ctx.attemptLog,
       keyName: ctx.keyName,
       costMicros: ctx.costMicros,
     };
@@ -90,7 +93,7 @@ export function createExchangeRecorder(services: RequestServices) {
 export function logIfDraining(services: RequestServices, ctx: ExchangeContext, path: string): void {
   if (!services.lifecycle.draining) return;
   services.logger.info(
-    { event: 'request_while_draining', method: ctx.req.method, path, request_id: ctx.id, peer: ctx.peer, downstream_request_id: ctx.downstreamRequestId },
+    capClientFields({ event: 'request_while_draining', method: ctx.req.method, path, request_id: ctx.id, peer: ctx.peer, downstream_request_id: ctx.downstreamRequestId }, ['method', 'path', 'downstream_request_id']),
     'request arrived while draining',
   );
 }

@@ -2,6 +2,22 @@
 import type { Logger } from 'pino';
 import { writeInfo } from './logger.ts';
 import type { Metrics } from './metrics.ts';
+import { capClientFields, LOG_VALUE_MAX } from './log-cap.ts';
+
+/** The fields of an access line that a client chose: each cut to a bounded length (log-cap.ts). */
+const CLIENT_FIELDS = ['method', 'path', 'model', 'downstream_request_id'] as const;
+
+/** One upstream attempt, as the access line lists it when a request made more than one. */
+export interface AttemptRecord {
+  /** `provider/model`: the target, as `sluice_upstream_attempts_total` labels it. */
+  readonly target: string;
+  /** `success` (the answer committed to the client), a failure class, or `cancelled` (the client left, the drain was forced). */
+  readonly outcome: string;
+  /** The upstream's HTTP status, when it answered with one. */
+  readonly status?: number | undefined;
+  /** From the attempt's start to its failure, or to its commit (a stream's first content). */
+  readonly ms: number;
+}
 
 export interface FinishedRequest {
   id: string;
@@ -16,13 +32,17 @@ export interface FinishedRequest {
   /** The configured entry the model matched ('' when it matched none): the metrics label. */
   modelEntry: string;
   provider: string;
+  /** The target's configured model that served (a metrics label beside the route's `modelEntry`); '' when none. */
+  servedModel?: string;
   listener: string;
   protocol: string;
   errorCode: string;
   /** Tokens, and the model the provider says answered (for traces). */
   usage: { prompt: number; completion: number; cached?: number; model?: string; estimated?: boolean } | undefined;
-  /** Upstream attempts (retries and fallbacks included); logged when more than one. */
+  /** Upstream attempts (retries and fallbacks included). */
   attempts?: number;
+  /** Each of them, when more than one was made: the access line's `attempts`. */
+  attemptLog?: readonly AttemptRecord[] | undefined;
   /** The client key's name ('' when no key was presented or none is configured): never the key. */
   keyName?: string;
   /** What the request cost (usage × price), micro-dollars; undefined when its model has no price. */
@@ -50,12 +70,12 @@ export class AccessLog {
     m.requests.add(1, r.endpoint, statusLabel(r.status), r.modelEntry, r.keyName ?? '');
     m.requestDuration.observe({ endpoint: r.endpoint }, r.durationSeconds);
     if (r.usage) {
-      m.tokens.add(r.usage.prompt, r.modelEntry, r.provider, 'prompt', r.keyName ?? '');
-      m.tokens.add(r.usage.completion, r.modelEntry, r.provider, 'completion', r.keyName ?? '');
+      m.tokens.add(r.usage.prompt, r.modelEntry, r.servedModel ?? '', r.provider, 'prompt', r.keyName ?? '');
+      m.tokens.add(r.usage.completion, r.modelEntry, r.servedModel ?? '', r.provider, 'completion', r.keyName ?? '');
     }
-    if (r.costMicros !== undefined && r.costMicros > 0) m.spend.add(r.costMicros, r.modelEntry, r.keyName ?? '');
+    if (r.costMicros !== undefined && r.costMicros > 0) m.spend.add(r.costMicros, r.modelEntry, r.servedModel ?? '', r.keyName ?? '');
     if (!this.#logger) return;
-    writeInfo(this.#logger, {
+    const line = {
       event: 'access',
       request_id: r.id,
       downstream_request_id: r.downstreamRequestId,
@@ -70,13 +90,16 @@ export class AccessLog {
       provider: r.provider || undefined,
       key_name: r.keyName || undefined,
       error: r.errorCode || undefined,
-      attempts: r.attempts !== undefined && r.attempts > 1 ? r.attempts : undefined,
+      attempts: r.attemptLog !== undefined && r.attemptLog.length > 1 ? r.attemptLog : undefined,
       prompt_tokens: r.usage?.prompt,
       completion_tokens: r.usage?.completion,
       cached_tokens: r.usage?.cached || undefined,
       usage_estimated: r.usage?.estimated || undefined,
       cost_usd: r.costMicros === undefined ? undefined : r.costMicros / 1e6,
-    });
+    };
+    // The usual line has nothing to cut: four length comparisons, and the generic pass only when one is long.
+    const long = r.model.length > LOG_VALUE_MAX || r.path.length > LOG_VALUE_MAX || r.method.length > LOG_VALUE_MAX || (r.downstreamRequestId?.length ?? 0) > LOG_VALUE_MAX;
+    writeInfo(this.#logger, long ? capClientFields(line, CLIENT_FIELDS) : line);
   }
 }
 

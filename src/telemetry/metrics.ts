@@ -71,10 +71,10 @@ export class Metrics {
   readonly attempts = new HotValues(['provider', 'model', 'outcome']);
   /** Counter sluice_route_retries_total: model (the route entry), kind (retry, fallback, budget_exhausted). */
   readonly retries = new HotValues(['model', 'kind']);
-  /** Counter sluice_tokens_total: model, provider, type, key. */
-  readonly tokens = new HotValues(['model', 'provider', 'type', 'key']);
-  /** Counter sluice_spend_usd_total: model, key (micro-dollars added; exposed in dollars). */
-  readonly spend = new HotValues(['model', 'key']);
+  /** Counter sluice_tokens_total: model (the route entry), served_model (the target's configured model), provider, type, key. */
+  readonly tokens = new HotValues(['model', 'served_model', 'provider', 'type', 'key']);
+  /** Counter sluice_spend_usd_total: model, served_model, key (micro-dollars added; exposed in dollars). */
+  readonly spend = new HotValues(['model', 'served_model', 'key']);
   /** Counter sluice_rate_limited_total: key, scope (global, model, key, key_model), limit (requests, tokens, concurrent, budget). */
   readonly rateLimited = new HotValues(['key', 'scope', 'limit']);
   /** Counter sluice_limit_store_errors_total: operation (acquire, settle, renew), outcome. */
@@ -171,8 +171,8 @@ export class Metrics {
     });
     new Counter({
       name: 'sluice_tokens_total',
-      help: 'Tokens reported by providers in responses, by model, provider, type (prompt, completion) and client key name.',
-      labelNames: ['model', 'provider', 'type', 'key'],
+      help: 'Tokens reported by providers in responses, by model (the route entry), served_model (the target\'s configured model that answered), provider, type (prompt, completion) and client key name.',
+      labelNames: ['model', 'served_model', 'provider', 'type', 'key'],
       registers,
       collect() {
         this.reset();
@@ -182,8 +182,8 @@ export class Metrics {
     const { spend, rateLimited } = this;
     new Counter({
       name: 'sluice_spend_usd_total',
-      help: 'What requests cost in US dollars (usage × the price table), by model and client key name.',
-      labelNames: ['model', 'key'],
+      help: 'What requests cost in US dollars (usage × the price table), by model (the route entry), served_model (the target\'s configured model that answered) and client key name.',
+      labelNames: ['model', 'served_model', 'key'],
       registers,
       collect() {
         this.reset();

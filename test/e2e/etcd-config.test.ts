@@ -164,6 +164,7 @@ describe('etcd: TLS and authentication', { skip }, () => {
       assert.match(secure.endpoint, /^https:/);
       await secure.put('/tls/providers/echo', JSON.stringify({ type: 'echo' }));
       await secure.put('/tls/models/base', JSON.stringify({ provider: 'echo' }));
+      await secure.put('/tls/keys/load', JSON.stringify({ key_sha256: sha256(LOAD_KEY) }));
       const settings = { endpoints: [secure.endpoint], prefix: '/tls/', request_timeout_ms: 1000, dial_timeout_ms: 1000 };
       const gw = await startGateway({ config: { admin: { token: TOKEN }, etcd: { ...settings, tls: { ca_file: pki.caCert, cert_file: file('client.crt'), key_file: file('client.key') } } } });
       try {

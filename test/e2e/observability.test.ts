@@ -100,7 +100,7 @@ describe('health probes', () => {
       assert.equal(body.status, 'ready');
       assert.deepEqual(
         body.checks.map((c) => c.name).sort(),
-        ['config_loaded', 'healthcheck_ok', 'listeners_up', 'not_draining'],
+        ['client_keys', 'config_loaded', 'healthcheck_ok', 'listeners_up', 'not_draining'],
       );
       assert.ok(body.checks.every((c) => c.status === 'pass'), JSON.stringify(body.checks));
       const line = await accessLine(verbose);

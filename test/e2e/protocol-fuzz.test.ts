@@ -61,6 +61,8 @@ function gatewayConfig(shutdown: Record<string, unknown> = {}, hangUrl: string, 
     ],
     models: [
       { name: 'rt', provider: 'up' },
+      // The mock refuses a handshake with the status its target's header asks for (`x-mock-status`).
+      ...[401, 403, 500].map((status) => ({ name: `rt-${status}`, targets: [{ provider: 'up', model: 'rt', headers: { 'x-mock-status': String(status) } }] })),
       { name: 'hang-rt', provider: 'hang' },
       { name: 'slam-rt', provider: 'slam' },
       { name: 'echo', provider: 'local' },
@@ -276,8 +278,8 @@ async function runUpgrade(g: GatewayProcess, c: UpgradeCase, listener = 'proxy')
 /** The answer must be a 101, or a 4xx/502/504 error in the OpenAI shape; never a 500. */
 function checkUpgradeAnswer(c: UpgradeCase, answer: { statuses: number[]; text: string }): void {
   const what = JSON.stringify(upgradeBytes(c).toString('latin1').slice(0, 400));
-  // The upstream's own refusal is relayed as it is (the mock's `mock_status`).
-  const relayed = Number(/mock_status=(\d+)/.exec(c.target)?.[1]);
+  // The upstream's own refusal is relayed as it is (the mock's `x-mock-status`, by route `rt-<status>`).
+  const relayed = Number(/model=rt-(\d+)/.exec(c.target)?.[1]);
   for (const status of answer.statuses) {
     assert.ok(status === 101 || status === 200 || (status >= 400 && status < 500) || status === 502 || status === 504 || status === relayed, `status ${status} for ${what}: ${answer.text.slice(0, 300)}`);
   }
@@ -325,8 +327,8 @@ const NAMED_UPGRADES: [string, () => UpgradeCase][] = [
   ['Upgrade: websocket without a model', () => upgradeCase([], { target: '/v1/realtime' })],
   ['Upgrade: websocket for an unknown model', () => upgradeCase([], { target: '/v1/realtime?model=nope' })],
   ['Upgrade: websocket for a provider without realtime', () => upgradeCase([], { target: '/v1/realtime?model=echo' })],
-  ['Upgrade: websocket, upstream refuses with 403', () => upgradeCase([], { target: '/v1/realtime?model=rt&mock_status=403' })],
-  ['Upgrade: websocket, upstream refuses with 500', () => upgradeCase([], { target: '/v1/realtime?model=rt&mock_status=500' })],
+  ['Upgrade: websocket, upstream refuses with 403', () => upgradeCase([], { target: '/v1/realtime?model=rt-403' })],
+  ['Upgrade: websocket, upstream refuses with 500', () => upgradeCase([], { target: '/v1/realtime?model=rt-500' })],
   ['Upgrade: websocket, upstream resets the connection', () => upgradeCase([], { target: '/v1/realtime?model=slam-rt' })],
   ['Upgrade: websocket, upstream never answers', () => upgradeCase([], { target: '/v1/realtime?model=hang-rt' })],
   ['Upgrade: websocket, upstream never answers, client leaves at once', () => upgradeCase([], { target: '/v1/realtime?model=hang-rt', leave: 'immediately' })],
@@ -380,7 +382,7 @@ describe('WebSocket upgrade requests (R1, L10)', { skip: openssl.skip }, () => {
   const upgradeArbitrary = fc
     .record({
       method: fc.constantFrom('GET', 'GET', 'GET', 'GET', 'GET', 'GET', 'POST', 'PUT', 'OPTIONS'),
-      target: fc.constantFrom('/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=hang-rt', '/v1/realtime?model=slam-rt', '/v1/realtime?model=rt&mock_status=401', '/v1/realtime', '/v1/realtime?model=echo', '/v1/realtime/', '/v1/models', '/v1/chat/completions'),
+      target: fc.constantFrom('/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=rt', '/v1/realtime?model=hang-rt', '/v1/realtime?model=slam-rt', '/v1/realtime?model=rt-401', '/v1/realtime', '/v1/realtime?model=echo', '/v1/realtime/', '/v1/models', '/v1/chat/completions'),
       upgrade: fc.constantFrom<[string, string][]>([['Upgrade', 'websocket']], [['Upgrade', 'websocket']], [['Upgrade', 'websocket']], [['Upgrade', 'WebSocket']], [['Upgrade', 'h2c']], [['Upgrade', 'websocket'], ['Upgrade', 'websocket']], [['Upgrade', 'foo']]),
       connection: fc.constantFrom<[string, string][]>([['Connection', 'Upgrade']], [['Connection', 'Upgrade']], [['Connection', 'Upgrade']], [['Connection', 'keep-alive, Upgrade']], [['Connection', 'upgrade, close']], []),
       key: headerVariant('Sec-WebSocket-Key', validKey, ['', 'AAAA', '!!!!!!!!!!!!!!!!!!!!!!!!', 'dGhlIHNhbXBsZSBub25jZQ==x', 'AAAAAAAAAAAAAAAAAAAAAA==, AAAAAAAAAAAAAAAAAAAAAA==']),

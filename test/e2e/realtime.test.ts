@@ -26,6 +26,9 @@ function config(shutdown: Record<string, unknown> = { min_drain_secs: 0 }) {
     ],
     models: [
       { name: 'rt', provider: 'up', upstream_model: 'gpt-realtime-mock' },
+      // The mock's scripted handshakes, asked for by a target's headers (no query parameter but model reaches it).
+      { name: 'rt-403', targets: [{ provider: 'up', model: 'gpt-realtime-mock', headers: { 'x-mock-status': '403' } }] },
+      { name: 'rt-hang', targets: [{ provider: 'up', model: 'gpt-realtime-mock', headers: { 'x-mock-hang': '1' } }] },
       { name: 'echo', provider: 'echo' },
     ],
     keys: [CLIENT_KEY],
@@ -212,7 +215,7 @@ test('an Upgrade other than websocket is served as the plain request it also is'
 test('an upstream that refuses the handshake has its status relayed', async () => {
   const gw = await startGateway({ config: config() });
   try {
-    assert.equal(await rejectedStatus(gw, '?model=rt&mock_status=403'), 403);
+    assert.equal(await rejectedStatus(gw, '?model=rt-403'), 403);
   } finally {
     await gw.stop();
   }
@@ -251,7 +254,7 @@ test('L8: a handshake still waiting for its upstream when the drain is forced is
   const gw = await startGateway({ config: config({ min_drain_secs: 0 }) });
   try {
     mock.reset();
-    const pending = rawExchange(gw, upgradeRequest({}, 'GET', '/v1/realtime?model=rt&mock_hang=1'));
+    const pending = rawExchange(gw, upgradeRequest({}, 'GET', '/v1/realtime?model=rt-hang'));
     await eventually(async () => metricValue(await scrape(gw), 'sluice_in_flight_requests', { endpoint: 'realtime', protocol: 'websocket' }) === 1, 3000, 'handshake in flight');
     gw.signal('SIGTERM');
     await gw.waitForLog((l) => l.event === 'drain_progress');

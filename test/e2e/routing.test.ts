@@ -107,9 +107,12 @@ describe('fallback before the client sees anything', () => {
       // Own models: a 429 with Retry-After takes its target out, and targets are shared by provider and model.
       { name: 'all-429', targets: [target('a', { model: 'all429-a' }, { status: 429, headers: { 'retry-after': '1' } }), target('b', { model: 'all429-b' }, { status: 429, headers: { 'retry-after': '7' } })] },
       { name: 'bad-request', targets: [target('a', {}, { status: 400 }), target('b')] },
+      // Tiers, not round robin: the failing target is always tried first.
+      { name: 'listed', targets: [target('a', { model: 'listed-a' }, { status: 503 }), target('b', { model: 'listed-b', priority: 1 })] },
+      { name: 'single', targets: [target('b', { model: 'single-b' })] },
       { name: 'context-length', targets: [target('a', {}, { status: 400, body: { error: { message: "This model's maximum context length is 8192 tokens", type: 'invalid_request_error', code: 'context_length_exceeded' } } }), target('b')], retry: { fallback_on: ['context_length'] } },
     ];
-    gw = await startGateway({ config: { providers: providers(), models: routes, routing: { cooldown_failures: 0 } } });
+    gw = await startGateway({ config: { providers: providers(), models: routes, routing: { cooldown_failures: 0 }, prices: { 'listed-b': { input: 1, output: 2 } } } });
   });
   after(async () => {
     await gw.stop();
@@ -120,7 +123,8 @@ describe('fallback before the client sees anything', () => {
     assert.equal(answer.status, 200);
     assert.match(answer.text, /mock reply to: hello/);
     assert.deepEqual(await targetsSeen(gw, answer.rid), ['b']);
-    assert.equal((await access(gw, answer.rid)).attempts, 3);
+    const attempts = (await access(gw, answer.rid)).attempts as { target: string; outcome: string; status?: number; ms: number }[];
+    assert.deepEqual(attempts.map((a) => [a.target, a.outcome, a.status]), [['down/model-down', 'connect', undefined], ['down/model-down', 'connect', undefined], ['p/model-b', 'success', 200]]);
     const metrics = await scrape(gw);
     assert.equal(metricValue(metrics, 'sluice_upstream_attempts_total', { provider: 'down', model: 'model-down', outcome: 'connect' }), 2);
     assert.equal(metricValue(metrics, 'sluice_route_retries_total', { model: 'refused', kind: 'retry' }), 1);
@@ -142,6 +146,24 @@ describe('fallback before the client sees anything', () => {
     assert.equal(returned.status, 503);
     assert.match(returned.text, /mock upstream error 503/);
     assert.deepEqual(await targetsSeen(gw, returned.rid), ['a']);
+  });
+
+  test('the access line lists every attempt (target, outcome, status, time); tokens and spend name the model that served them beside the route', async () => {
+    const fell = await chat(gw, 'listed');
+    assert.equal(fell.status, 200);
+    const line = await access(gw, fell.rid);
+    const attempts = line.attempts as { target: string; outcome: string; status?: number; ms: number }[];
+    assert.deepEqual(attempts.map((a) => [a.target, a.outcome, a.status]), [['p/listed-a', 'server_error', 503], ['p/listed-b', 'success', 200]]);
+    for (const a of attempts) assert.ok(typeof a.ms === 'number' && a.ms >= 0 && a.ms < 10_000, `ms: ${a.ms}`);
+    assert.equal(line.provider, 'p');
+    const metrics = await scrape(gw);
+    assert.ok((metricValue(metrics, 'sluice_tokens_total', { model: 'listed', served_model: 'listed-b', type: 'completion' }) ?? 0) > 0, 'tokens of the route, served by listed-b');
+    assert.equal(metricValue(metrics, 'sluice_tokens_total', { model: 'listed', served_model: 'listed-a' }), undefined, 'the failed target served nothing');
+    assert.ok((metricValue(metrics, 'sluice_spend_usd_total', { model: 'listed', served_model: 'listed-b' }) ?? 0) > 0, 'spend of the route, served by listed-b');
+    // One attempt: nothing more than the provider and status the line already has.
+    const single = await chat(gw, 'single');
+    assert.equal(single.status, 200);
+    assert.equal((await access(gw, single.rid)).attempts, undefined);
   });
 
   test('a stream with no first content within first_token_timeout_ms falls back invisibly: one stream, all of it from the second target', async () => {

@@ -115,3 +115,29 @@ export function rawExchange(url: string, request: string, deadline: () => number
     socket.write(request);
   });
 }
+
+/**
+ * A WebSocket opening handshake sent as raw bytes, the request target exactly as given (a client
+ * library would normalize it): resolves with the answer's status, head and body once a 101 head has
+ * arrived (the socket is then closed: the session is not used) or the server has closed.
+ */
+export function websocketHandshake(url: string, target: string, headers: Record<string, string> = {}): Promise<{ status: number; head: string; body: string }> {
+  const lines = Object.entries({ host: 'gateway', connection: 'Upgrade', upgrade: 'websocket', 'sec-websocket-version': '13', 'sec-websocket-key': 'dGhlIHNhbXBsZSBub25jZQ==', ...headers }).map(([name, value]) => `${name}: ${value}`);
+  return new Promise((resolve, reject) => {
+    openSocket(url).then((socket) => {
+      let text = '';
+      const done = () => {
+        const split = text.indexOf('\r\n\r\n');
+        resolve({ status: Number(/^HTTP\/1\.1 (\d{3})/.exec(text)?.[1] ?? -1), head: split === -1 ? text : text.slice(0, split), body: split === -1 ? '' : text.slice(split + 4) });
+      };
+      socket.setEncoding('latin1');
+      socket.on('data', (chunk: string) => {
+        text += chunk;
+        if (text.startsWith('HTTP/1.1 101 ') && text.includes('\r\n\r\n')) socket.destroy();
+      });
+      socket.on('error', () => socket.destroy());
+      socket.on('close', done);
+      socket.write(`GET ${target} HTTP/1.1\r\n${lines.join('\r\n')}\r\n\r\n`, 'latin1');
+    }, reject);
+  });
+}

@@ -1,8 +1,10 @@
 // The mock upstream's WebSocket side: an OpenAI Realtime-like endpoint at /v1/realtime. It sends
 // `session.created` on connect; each `response.create` from the client is answered with a text
 // delta and a `response.done` carrying usage (5 input, 7 output tokens). A client message
-// `{"type":"mock.close","code":N}` makes the mock close the session with that code. The query
-// `mock_status=N` refuses the handshake with that status; `mock_hang=1` never answers it.
+// `{"type":"mock.close","code":N}` makes the mock close the session with that code. The header
+// `x-mock-status: N` refuses the handshake with that status; `x-mock-hang: 1` never answers it. (Headers,
+// not query parameters: the gateway passes on only the query parameters it checked. A test sets
+// them as a route target's `headers`.)
 import type { IncomingMessage, Server } from 'node:http';
 import type { Duplex } from 'node:stream';
 import { WebSocketServer, type WebSocket } from 'ws';
@@ -28,14 +30,13 @@ export function attachRealtime(server: Server, received: MockRequest[] | undefin
       socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
       return;
     }
-    const query = new URL(req.url ?? '/', 'http://x').searchParams;
-    if (query.has('mock_hang')) {
+    if (req.headers['x-mock-hang'] !== undefined) {
       hanging.add(socket);
       socket.on('error', () => {});
       socket.once('close', () => hanging.delete(socket));
       return;
     }
-    const rejectWith = query.get('mock_status');
+    const rejectWith = req.headers['x-mock-status'];
     if (rejectWith) {
       const body = JSON.stringify({ error: { message: 'scripted rejection', type: 'invalid_request_error', code: 'mock' } });
       socket.end(`HTTP/1.1 ${rejectWith} Rejected\r\ncontent-type: application/json\r\ncontent-length: ${body.length}\r\nconnection: close\r\n\r\n${body}`);

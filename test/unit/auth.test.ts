@@ -118,3 +118,19 @@ test('a key\'s models, expiry and enabled flag', () => {
   const all = keys.check({ 'x-api-key': 'sk-later-000001' }, now);
   assert.ok(all.ok && all.key.allows('anything') && all.key.unrestricted);
 });
+
+test('a key required and none configured → every request refused as no_keys, whatever it presents', () => {
+  const keys = new ClientKeys([], { required: true });
+  assert.equal(keys.closed, true);
+  for (const headers of [{}, { authorization: `Bearer ${KEY}` }, { 'x-api-key': KEY }, { authorization: 'Basic x' }]) {
+    assert.deepEqual(keys.check(headers), { ok: false, reason: 'no_keys' }, JSON.stringify(headers));
+  }
+});
+
+test('a key required and one configured → as without the requirement', () => {
+  const keys = new ClientKeys([KEY], { required: true });
+  assert.equal(keys.closed, false);
+  assert.deepEqual(named(keys.check({ authorization: `Bearer ${KEY}` })), { ok: true, keyName: 'key-0' });
+  assert.deepEqual(keys.check({}), { ok: false, reason: 'missing' });
+  assert.equal(new ClientKeys([]).closed, false, 'not required: open, not closed');
+});

@@ -53,3 +53,15 @@ describe('L1 health answers', () => {
     });
   });
 });
+
+describe('a check that says why it fails', () => {
+  test('its detail is given while it fails (plain and verbose), and never while it passes', () => {
+    const detail = 'auth.require_key is on and no client key exists';
+    const failing = readiness([{ name: 'config_loaded', ok: true }, { name: 'client_keys', ok: false, detail }], false);
+    assert.deepEqual(JSON.parse(failing.body), { status: 'not_ready', reason: 'client_keys', detail });
+    const verbose = readiness([{ name: 'client_keys', ok: false, detail }], true);
+    assert.deepEqual(JSON.parse(verbose.body).checks, [{ name: 'client_keys', status: 'fail', detail }]);
+    const passing = readiness([{ name: 'client_keys', ok: true, detail }], true);
+    assert.deepEqual(JSON.parse(passing.body), { status: 'ready', checks: [{ name: 'client_keys', status: 'pass' }] });
+  });
+});

@@ -348,6 +348,18 @@ describe('ResourceSet.compose', () => {
     assert.ok(!config.models.some((m) => m.name === 'a*b'));
   });
 
+  test('auth.require_key, on by default in etcd mode, stays on in the composed config (which has no etcd section)', () => {
+    const etcd = (extra = '') => parseConfig(`${BOOTSTRAP}etcd: { endpoints: ["http://127.0.0.1:2379"] }\n${extra}`, 'test', {});
+    assert.equal(etcd().auth.require_key, true);
+    const { config } = new ResourceSet().compose(etcd(), 'etcd');
+    assert.equal(config.etcd, undefined);
+    assert.equal(config.auth.require_key, true);
+    assert.equal(fullSet().compose(etcd(), 'etcd').config.auth.require_key, true);
+    // Turned off on purpose: the bootstrap file says so, and the composed config too.
+    assert.equal(new ResourceSet().compose(etcd('auth: { require_key: false }\n'), 'etcd').config.auth.require_key, false);
+    assert.equal(bootstrap().auth.require_key, false, 'file mode: off by default');
+  });
+
   test('no resources: the bootstrap config as it is', () => {
     const { config, rejected } = new ResourceSet().compose(bootstrap(), 'etcd');
     assert.deepEqual(rejected, []);
