@@ -40,6 +40,10 @@ export interface GatewayOptions {
   waitReady?: boolean;
   /** The program to run (default: this checkout's dist/main.js). */
   main?: string;
+  /** Arguments for Node.js itself, before the program (e.g. `--import` of a module loaded first). */
+  nodeArgs?: string[];
+  /** Spawns the process with an IPC channel (`child.send`, its `process.send`). */
+  ipc?: boolean;
 }
 
 const running = new Set<ChildProcess>();
@@ -65,12 +69,12 @@ export function writeConfig(config: Record<string, unknown> | string): string {
 
 export async function startGateway(options: GatewayOptions = {}): Promise<GatewayProcess> {
   const configFile = options.useDefault ? '' : writeConfig(options.config ?? {});
-  const args = [options.main ?? MAIN, ...(options.args ?? (options.useDefault ? [] : ['--config', configFile]))];
+  const args = [...(options.nodeArgs ?? []), options.main ?? MAIN, ...(options.args ?? (options.useDefault ? [] : ['--config', configFile]))];
   const child = spawn(process.execPath, args, {
     cwd: ROOT,
     // The embedded default runs one worker per CPU: two, whatever the machine, keeps tests alike.
     env: { ...process.env, SLUICE_CONFIG: '', SLUICE_WORKERS: '2', ...options.env },
-    stdio: ['ignore', 'pipe', 'pipe'],
+    stdio: options.ipc ? ['ignore', 'pipe', 'pipe', 'ipc'] : ['ignore', 'pipe', 'pipe'],
   });
   running.add(child);
   const logs: LogLine[] = [];

@@ -49,6 +49,13 @@ export interface MockUpstream {
    * request, in arrival order from 0), whatever its own header says; undefined: back to the header.
    */
   script(scenario: MockScenario | ((n: number) => MockScenario | undefined) | undefined): void;
+  /**
+   * Paces every following stream: its events are written one at a time, each (and then the end of
+   * the response) once `next(i)` resolves, `i` the index of what comes next (the end's is the
+   * number of events). A `next` that waits until the client has read the previous write makes
+   * every event a read of its own on the client's side, however loaded the machine. Undefined: unpaced.
+   */
+  pace(next: Pacer | undefined): void;
   /** Stops listening and drops every open connection, pending requests included. */
   close(): Promise<void>;
 }
@@ -106,6 +113,9 @@ export interface MockScenario {
   contentType?: string;
 }
 
+/** Resolves when the stream may write what comes at `index` (see `MockUpstream.pace`). */
+export type Pacer = (index: number) => Promise<void>;
+
 /** The request header that scripts the mock. */
 export const MOCK_HEADER = 'x-mock';
 
@@ -138,6 +148,8 @@ interface Exchange {
   /** The mock itself dropped the connection, which is not a client abort. */
   selfDestroyed: boolean;
   cancelSleep: (() => void) | undefined;
+  /** The pace its stream, if any, keeps (taken when the request arrived). */
+  pace: Pacer | undefined;
 }
 
 interface ReplyOptions {
@@ -211,7 +223,7 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
   const record = options.record ?? true;
   const received: MockRequest[] = [];
 
-  const scripted: Scripted = { scenario: undefined, count: 0 };
+  const scripted: Scripted = { scenario: undefined, count: 0, pace: undefined };
   const server = createServer((req, res) => onRequest(req, res, record ? received : undefined, scripted));
   server.keepAliveTimeout = 65_000;
   server.headersTimeout = 66_000;
@@ -237,6 +249,9 @@ export function startMockUpstream(options: MockUpstreamOptions = {}): Promise<Mo
         script: (scenario) => {
           scripted.scenario = scenario;
           scripted.count = 0;
+        },
+        pace: (next) => {
+          scripted.pace = next;
         },
         close: () => {
           closing ??= new Promise<void>((done) => {
@@ -283,6 +298,7 @@ async function waitFor(
 interface Scripted {
   scenario: MockScenario | ((n: number) => MockScenario | undefined) | undefined;
   count: number;
+  pace: Pacer | undefined;
 }
 
 function onRequest(req: IncomingMessage, res: ServerResponse, received: MockRequest[] | undefined, scripted?: Scripted): void {
@@ -299,6 +315,7 @@ function onRequest(req: IncomingMessage, res: ServerResponse, received: MockRequ
     closed: false,
     selfDestroyed: false,
     cancelSleep: undefined,
+    pace: scripted?.pace,
   };
   if (received !== undefined) {
     const rec: MockRequest = {
@@ -499,7 +516,8 @@ async function streamEvents(ex: Exchange, all: string[], reply: ReplyOptions, co
     await sleep(ex, 2 ** 30);
     return;
   }
-  if (reply.intervalMs === 0 && disconnectAfter === undefined) {
+  const pace = ex.pace;
+  if (reply.intervalMs === 0 && disconnectAfter === undefined && pace === undefined) {
     res.end(events.join(''));
     return;
   }
@@ -509,6 +527,7 @@ async function streamEvents(ex: Exchange, all: string[], reply: ReplyOptions, co
   }
   for (let i = 0; i < events.length; i++) {
     if (i > 0 && reply.intervalMs > 0) await sleep(ex, reply.intervalMs);
+    if (pace !== undefined) await pace(i);
     if (ex.closed) return;
     if (disconnectAfter !== undefined && i + 1 >= disconnectAfter) {
       writeThenDrop(ex, events[i]!);
@@ -516,7 +535,8 @@ async function streamEvents(ex: Exchange, all: string[], reply: ReplyOptions, co
     }
     res.write(events[i]!);
   }
-  res.end();
+  if (pace !== undefined) await pace(events.length);
+  if (!ex.closed) res.end();
 }
 
 /** Writes `data`, then destroys the socket once it is flushed: a truncated response. */

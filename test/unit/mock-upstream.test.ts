@@ -283,6 +283,47 @@ describe('mock upstream: x-mock scripts', () => {
     assert.match(((await res.json()) as any).error.message, /x-mock/);
   });
 
+  test('pace: a stream writes each event, then its end, only once the pace for it has resolved', async () => {
+    const asked: number[] = [];
+    const gates: (() => void)[] = [];
+    mock.pace((index) => new Promise<void>((resolve) => {
+      asked.push(index);
+      gates.push(resolve);
+    }));
+    try {
+      const pending = post('/v1/chat/completions', { model: 'm', stream: true, messages: [{ role: 'user', content: 'paced' }] }, mockHeader({ chunks: 2 }));
+      const waitAsked = async (n: number) => {
+        const deadline = Date.now() + 10_000;
+        while (asked.length < n) {
+          if (Date.now() > deadline) assert.fail(`the mock asked its pace ${JSON.stringify(asked)}, not up to index ${n - 1}`);
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      };
+      await waitAsked(1);
+      gates[0]!();
+      const res = await pending;
+      const reader = res.body!.getReader();
+      const decoder = new TextDecoder();
+      // Two content chunks, the finish chunk, [DONE]: each read while the mock waits on the next pace is exactly one event.
+      const seen: string[] = [];
+      for (let i = 0; i < 4; i++) {
+        let text = '';
+        while (!text.endsWith('\n\n')) text += decoder.decode((await reader.read()).value, { stream: true });
+        seen.push(text);
+        await waitAsked(i + 2);
+        assert.deepEqual(asked, Array.from({ length: i + 2 }, (_, k) => k), 'the next write waits on its own pace');
+        assert.equal(text.split('\n\n').length, 2, `one event per pace: ${JSON.stringify(text)}`);
+        gates[i + 1]!();
+      }
+      assert.equal((await reader.read()).done, true, 'the end comes after the last pace (index: the number of events)');
+      assert.equal(asked.length, 5);
+      assert.equal(seen[3], 'data: [DONE]\n\n');
+      assert.match(seen[0]!, /"role":"assistant"/);
+    } finally {
+      mock.pace(undefined);
+    }
+  });
+
   test('waitFor rejects with a helpful message; reset empties received', async () => {
     await assert.rejects(mock.waitFor(() => false, 50), /timed out after 50 ms/);
     const held = mock.received;
