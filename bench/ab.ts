@@ -1,96 +1,124 @@
-// Two builds of the gateway side by side, to measure what a change costs on the request path:
-//   npm run build && node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S]
+// Two builds of the gateway side by side, to measure what a change costs on the request path, case
+// by case:
+//   npm run build && node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S] [--cases a,b]
 // A_CHECKOUT is another checkout with its own `dist/` (a `git worktree` of the commit before the
-// change, built, with `node_modules` beside it); B_CHECKOUT defaults to this one. Both gateways run the "production" config of
-// bench/run.ts (client key, access log to a pipe, metrics) against one mock upstream, pinned to
-// CPU 0, with wrk on CPU 1; rounds alternate A, B, B, A… so that a drift of the machine falls on
-// both. Prints gateway CPU per request for each round, the per-round ratio B/A and its median.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+// change, built, with `node_modules` beside it); B_CHECKOUT defaults to this one. Both gateways run
+// the same config (client keys, access log to a pipe, metrics: "production" in bench/run.ts) against
+// one mock upstream, pinned to CPU 0, with wrk on CPU 1. Every case runs on both in every round,
+// the order of the two rotated each round, so that a drift of the machine falls on both. Prints
+// the gateway CPU per request for each round and case, then per case the medians and the median
+// of the per-round ratio B/A, as a Markdown table for BENCHMARKS.md.
+//
+// The cases: a JSON chat; a 50-chunk chat stream (the client asks no usage: it is asked upstream
+// and hidden again); the same stream with `include_usage`; the stream translated (an OpenAI client
+// on an Anthropic-type upstream); and the JSON chat and stream with a key whose limits and budget
+// are counted (the memory store). A feature a config does not use must cost nothing: compare the
+// plain cases of two builds; a feature's own case says what it costs when used.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { stringify } from 'yaml';
-import { cpuTicks, median } from './stats.ts';
-import { readyUrl } from './ready.ts';
+import { cleanUp, startMock, startServer, type Server } from './processes.ts';
+import { cpuTicks, fixed, median, perRoundMedian } from './stats.ts';
+import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
-const { values, positionals } = parseArgs({ allowPositionals: true, options: { rounds: { type: 'string', default: '6' }, seconds: { type: 'string', default: '5' } } });
+const { values, positionals } = parseArgs({
+  allowPositionals: true,
+  options: { rounds: { type: 'string', default: '6' }, seconds: { type: 'string', default: '5' }, cases: { type: 'string' } },
+});
 if (positionals.length < 1 || positionals.length > 2) {
-  process.stderr.write('usage: node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S]\n');
+  process.stderr.write('usage: node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S] [--cases chat,stream,...]\n');
   process.exit(2);
 }
-const OTHER = resolve(positionals[0]!);
-const THIS = resolve(positionals[1] ?? ROOT);
+const CHECKOUTS = { A: resolve(positionals[0]!), B: resolve(positionals[1] ?? ROOT) } as const;
 const ROUNDS = Number(values.rounds);
 const SECONDS = Number(values.seconds);
-const CLIENT_KEY = 'sk-bench-client-key';
 const TICK_US = 1e6 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
+const KEYS = { plain: 'sk-bench-client-key', limited: 'sk-bench-limited-key' };
 const TMP = mkdtempSync(join(tmpdir(), 'sluice-ab-'));
-const children = new Set<ChildProcess>();
-process.on('exit', () => {
-  for (const child of children) child.kill('SIGKILL');
-  rmSync(TMP, { recursive: true, force: true });
-});
+cleanUp.push(TMP);
 
-async function start(name: string, cwd: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined): Promise<{ pid: number; url: string }> {
-  const child = spawn('taskset', ['-c', '0', process.execPath, ...args], { cwd, stdio: ['ignore', 'pipe', 'inherit'] });
-  children.add(child);
-  return { pid: child.pid!, url: await readyUrl(name, child, urlFrom) };
+interface Case { name: string; id: string; body: object; key: keyof typeof KEYS; mock?: object }
+const ASK = [{ role: 'user', content: 'Say hello' }];
+const ALL_CASES: Case[] = [
+  { id: 'chat', name: 'chat', body: { model: 'bench', messages: ASK, max_tokens: 16 }, key: 'plain' },
+  { id: 'stream', name: 'chat stream (50 chunks)', body: { model: 'bench', messages: ASK, stream: true }, key: 'plain', mock: { chunks: 50 } },
+  { id: 'stream-usage', name: 'chat stream (50 chunks), usage asked', body: { model: 'bench', messages: ASK, stream: true, stream_options: { include_usage: true } }, key: 'plain', mock: { chunks: 50 } },
+  { id: 'translated', name: 'chat stream (50 chunks), translated to Anthropic', body: { model: 'claude-bench', messages: ASK, stream: true, max_tokens: 64 }, key: 'plain', mock: { chunks: 50 } },
+  { id: 'limits', name: 'chat, key with limits and budget (memory)', body: { model: 'bench', messages: ASK, max_tokens: 16 }, key: 'limited' },
+  { id: 'limits-stream', name: 'chat stream (50 chunks), key with limits and budget', body: { model: 'bench', messages: ASK, stream: true }, key: 'limited', mock: { chunks: 50 } },
+];
+const wanted = values.cases?.split(',');
+const CASES = wanted ? ALL_CASES.filter((c) => wanted.includes(c.id)) : ALL_CASES;
+if (CASES.length === 0) {
+  process.stderr.write(`no such case; the cases: ${ALL_CASES.map((c) => c.id).join(', ')}\n`);
+  process.exit(2);
 }
 
-async function gateway(name: string, checkout: string, mockUrl: string): Promise<{ pid: number; url: string }> {
+async function gateway(name: 'A' | 'B', mockUrl: string): Promise<Server> {
   const file = join(TMP, `${name}.yaml`);
   writeFileSync(
     file,
     stringify({
       workers: 1,
       listeners: [{ name: 'proxy', address: '127.0.0.1:0', role: 'proxy' }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }],
-      providers: [{ name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' }],
-      models: [{ name: 'bench', provider: 'mock' }],
-      keys: [{ name: 'bench', key: CLIENT_KEY }],
+      providers: [
+        { name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' },
+        { name: 'mock-anthropic', type: 'anthropic', base_url: mockUrl, api_key: 'sk-upstream-bench' },
+      ],
+      models: [{ name: 'bench', provider: 'mock' }, { name: 'claude-bench', provider: 'mock-anthropic' }],
+      keys: [
+        { name: 'bench', key: KEYS.plain },
+        // Limits that never refuse at the bench's rate: the work of counting them is what is measured.
+        { name: 'limited', key: KEYS.limited, limits: { rpm: 100_000_000, tpm: 10_000_000_000, concurrent: 10_000 }, budget: { usd: 1_000_000_000 } },
+      ],
+      limits: { store: 'memory' },
       shutdown: { min_drain_secs: 0, max_drain_secs: 5 },
       log: { level: 'info', access_log: true },
     }),
   );
   let url: string | undefined;
-  return start(name, checkout, ['dist/main.js', '--config', file], (l) => {
+  return startServer(name, [join(CHECKOUTS[name], 'dist', 'main.js'), '--config', file], (l) => {
     if (l.event === 'listener_started' && l.listener === 'proxy') url = `http://${String(l.address)}`;
     return l.event === 'ready' ? url : undefined;
   });
 }
 
-function wrk(url: string, seconds: number): number {
-  const lua = join(TMP, 'post.lua');
-  writeFileSync(
-    lua,
-    `wrk.method = "POST"\nwrk.body = '{"model":"bench","messages":[{"role":"user","content":"hi"}]}'\nwrk.headers["content-type"] = "application/json"\nwrk.headers["authorization"] = "Bearer ${CLIENT_KEY}"\n`,
-  );
-  const out = spawnSync('taskset', ['-c', '1', 'wrk', '-t1', '-c32', `-d${seconds}s`, '-s', lua, `${url}/v1/chat/completions`], { encoding: 'utf8' });
-  const match = /(\d+) requests in/.exec(out.stdout);
-  if (!match || /Non-2xx/.test(out.stdout)) throw new Error(`wrk failed:\n${out.stdout}${out.stderr}`);
-  return Number(match[1]);
-}
+const mock = await startMock();
+const targets = [await gateway('A', mock.url), await gateway('B', mock.url)];
+const script = (_t: Server, c: Case): string =>
+  wrkPostScript(JSON.stringify(c.body), { 'content-type': 'application/json', authorization: `Bearer ${KEYS[c.key]}`, ...(c.mock ? { 'x-mock': JSON.stringify(c.mock) } : {}) });
+const measure = async (t: Server, c: Case, lua: string): Promise<number> => {
+  const before = cpuTicks(t.pid);
+  const load = await runWrk(`${t.url}/v1/chat/completions`, lua, SECONDS, { threads: 1, connections: 32 });
+  if (load.errors > 0 || load.non2xx > 0 || load.requests === 0) throw new Error(`${t.name}, ${c.name}: ${load.errors} errors, ${load.non2xx} non-2xx of ${load.requests}`);
+  return ((cpuTicks(t.pid) - before) * TICK_US) / load.requests;
+};
+// Warm-up: one short round of every case on both, not counted.
+await interleavedRounds(targets, CASES, 1, TMP, script, async (t, c, lua) => runWrk(`${t.url}/v1/chat/completions`, lua, 1, { threads: 1, connections: 32 }), () => {});
+const results = await interleavedRounds(targets, CASES, ROUNDS, TMP, script, measure, (round, c, t, us) => {
+  process.stderr.write(`round ${round + 1} ${c.id} ${t.name}: ${fixed(us, 1)} µs/req\n`);
+});
 
-const mock = await start('mock', ROOT, ['test/support/mock-upstream.ts', '--port', '0'], (l) => l.mock_upstream as string | undefined);
-const targets = { A: await gateway('A', OTHER, mock.url), B: await gateway('B', THIS, mock.url) };
-for (const t of Object.values(targets)) wrk(t.url, 1); // warm-up
-const perRequest: Record<'A' | 'B', number[]> = { A: [], B: [] };
-const ratios: number[] = [];
-for (let round = 0; round < ROUNDS; round++) {
-  const order: ('A' | 'B')[] = round % 2 === 0 ? ['A', 'B'] : ['B', 'A'];
-  const us: Partial<Record<'A' | 'B', number>> = {};
-  for (const name of order) {
-    const { pid, url } = targets[name];
-    const before = cpuTicks(pid);
-    const requests = wrk(url, SECONDS);
-    us[name] = ((cpuTicks(pid) - before) * TICK_US) / requests;
-    perRequest[name].push(us[name]!);
-  }
-  ratios.push(us.B! / us.A!);
-  console.log(`round ${round + 1}: A ${us.A!.toFixed(1)} µs/req, B ${us.B!.toFixed(1)} µs/req, B/A ${(us.B! / us.A!).toFixed(3)}`);
-}
-console.log(`A (${OTHER}): median ${median(perRequest.A).toFixed(1)} µs/req`);
-console.log(`B (${THIS}): median ${median(perRequest.B).toFixed(1)} µs/req`);
-console.log(`B/A per round: median ${median(ratios).toFixed(3)} (min ${Math.min(...ratios).toFixed(3)}, max ${Math.max(...ratios).toFixed(3)})`);
+const rows = CASES.map((c) => {
+  const a = results.get(c.name)!.get('A')!;
+  const b = results.get(c.name)!.get('B')!;
+  const ratios = b.map((x, i) => x / a[i]!);
+  return `| ${c.name} | ${fixed(median(a))} | ${fixed(median(b))} | **${fixed(perRoundMedian(b, a, (x, y) => x / y), 3)}** | ${fixed(Math.min(...ratios), 2)}–${fixed(Math.max(...ratios), 2)} |`;
+});
+process.stdout.write(
+  [
+    `A: ${CHECKOUTS.A}`,
+    `B: ${CHECKOUTS.B}`,
+    `${ROUNDS} rounds × ${SECONDS} s per case and build, order rotated each round; gateway CPU µs per request, medians`,
+    '',
+    '| case | A µs/req | B µs/req | B/A (per-round median) | B/A range |',
+    '|---|--:|--:|--:|--:|',
+    ...rows,
+    '',
+  ].join('\n'),
+);
 process.exit(0);
