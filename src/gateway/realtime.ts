@@ -48,6 +48,9 @@ export class RealtimeRoute implements UpgradeRoute {
     const { protocols } = handshake;
     const keyProtocol = protocols.find((p) => p.startsWith(KEY_PROTOCOL));
     const routing = this.#env.routing();
+    // No key needed: a web page (a WebSocket obeys no CORS rule) must not open a session with the providers' credentials.
+    const refused = routing.openGuard?.refuse(req);
+    if (refused) return reject(refused);
     if (routing.pending !== undefined) return reject(errors.configNotLoaded(routing.pending));
     const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
     const auth = routing.keys.check(headers);
