@@ -299,6 +299,13 @@ describe('Limiter', () => {
     assert.equal(estimateTokens({ json: {}, bodyBytes: 4, generates: true }, 500), 501);
     assert.equal(estimateTokens({ json: { max_tokens: 'x' }, bodyBytes: 4, generates: false }, 500), 1);
     assert.equal(estimateTokens({ json: { max_tokens: -1 }, bodyBytes: 0, generates: true }, 9), 9);
+    // Every choice the provider generates is reserved: n, or best_of (the larger), at most 128.
+    assert.equal(estimateTokens({ json: { max_tokens: 50, n: 4 }, bodyBytes: 4, generates: true }, 500), 1 + 200);
+    assert.equal(estimateTokens({ json: { n: 3 }, bodyBytes: 4, generates: true }, 500), 1 + 1500);
+    assert.equal(estimateTokens({ json: { max_tokens: 10, n: 2, best_of: 5 }, bodyBytes: 0, generates: true }, 500), 50);
+    assert.equal(estimateTokens({ json: { max_tokens: 10, n: 1e9 }, bodyBytes: 0, generates: true }, 500), 1280);
+    for (const n of [0, -3, 'x', null, Number.NaN, Infinity, 2.7]) assert.equal(estimateTokens({ json: { max_tokens: 10, n }, bodyBytes: 0, generates: true }, 500), n === 2.7 ? 20 : 10, String(n));
+    assert.equal(estimateTokens({ json: { n: 8 }, bodyBytes: 40, generates: false }, 500), 10, 'embeddings: no output');
   });
 
   test('durations as OpenAI writes them', () => {
