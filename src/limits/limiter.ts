@@ -124,7 +124,11 @@ export class Limiter {
     }
     const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
     if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
-    const cost = tokens.length === 0 ? 0 : estimateTokens(request, s.estimate_output_tokens);
+    // Never more than the smallest bucket it is counted in: a larger reservation passes only when
+    // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
+    // (the gateway's, the model's) for as long as the request runs, and tell every other key to wait
+    // until they refilled it. The real usage is settled whatever was reserved.
+    const cost = tokens.length === 0 ? 0 : Math.min(estimateTokens(request, s.estimate_output_tokens), smallestCapacity(tokens));
     const ask: Ask = {
       requests: requests.map((a) => a.bucket),
       tokens: tokens.map((a) => a.bucket),
@@ -310,6 +314,12 @@ function own(map: Readonly<Record<string, RateLimits>> | undefined, model: strin
 /** The prompt's tokens estimated from the request body's size: 4 bytes a token. */
 export function promptEstimate(bodyBytes: number): number {
   return Math.ceil(bodyBytes / 4);
+}
+
+function smallestCapacity(applied: readonly Applied[]): number {
+  let smallest = Infinity;
+  for (const a of applied) smallest = Math.min(smallest, a.bucket.capacity);
+  return smallest;
 }
 
 /** The most choices a request is reserved for: OpenAI's own bound on `n`. */

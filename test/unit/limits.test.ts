@@ -219,6 +219,21 @@ describe('Limiter', () => {
     assert.equal(next.headers['x-ratelimit-remaining-tokens'], String(1000 - 50 - 200));
   });
 
+  test('a reservation larger than the smallest bucket it is counted in takes that bucket\'s capacity from each, and settles the real usage', () => {
+    const limiter = new Limiter(new MemoryStore(() => 0), events().events);
+    const p = policy('limits: { global: { tpm: 1000000 }, models: { gpt-4o: { tpm: 100000 } } }');
+    const key = { name: 'a', limits: { tpm: 1000 } };
+    const greedy = limiter.admit(request(p, key, { json: { max_tokens: 10_000_000 } })) as Admission;
+    // The tightest bucket's headers: the key's, emptied, not ten million in debt.
+    assert.equal(greedy.headers['x-ratelimit-remaining-tokens'], '0');
+    const other = limiter.admit(request(p, { name: 'b' }, { id: 'b-1' })) as Admission;
+    assert.ok(!(other instanceof GatewayError), 'another key still fits in the shared buckets');
+    assert.equal(other.headers['x-ratelimit-remaining-tokens'], String(100_000 - 1000 - 200), 'the model\'s bucket lost 1,000 to the greedy request');
+    greedy.finish({ prompt: 100, completion: 5000 }, undefined, true);
+    const after = limiter.admit(request(p, { name: 'b' }, { id: 'b-2' })) as Admission;
+    assert.equal(after.headers['x-ratelimit-remaining-tokens'], String(100_000 - 5100 - 200 - 200), 'settled with the real usage');
+  });
+
   test('unknown usage: an answer that went out keeps its reservation, a failure gives it back', () => {
     const limiter = new Limiter(new MemoryStore(() => 0), events().events);
     const p = policy('');
