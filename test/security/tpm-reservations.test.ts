@@ -1,11 +1,14 @@
-// A request for several choices reserves them all (found in the review of issue #24). A request's
-// token reservation was its prompt plus one `max_tokens`, whatever `n` (chat, completions) or
-// `best_of` (completions) asked for: a request for 8 choices of 1,000 tokens reserved 1,000, so
-// a key with a TPM of 10,000 was let through with 9 such requests at once and used 72,000 tokens
-// before the first settled. Now the output is reserved once per choice, and a burst of such
-// requests gets no more through than its TPM holds (one past it, when the bucket is full).
-// At the default settings (the memory store), against the built gateway and the mock, which
-// reports the usage each answer really had.
+// Token reservations, found in the review of issue #24, at the default settings (the memory store)
+// against the built gateway and the mock, which reports the usage each answer really had:
+//   - A request for several choices reserves them all. The reservation was its prompt plus one
+//     `max_tokens`, whatever `n` (chat, completions) or `best_of` (completions) asked for: a
+//     request for 8 choices of 1,000 tokens reserved 1,000, so a key with a TPM of 10,000 was let
+//     through with 9 such requests at once and used 72,000 tokens before the first settled. Now
+//     a burst gets no more through than the TPM holds (one past it, when the bucket is full).
+//   - A request reserves no more than the smallest bucket it is counted in. One key's request with
+//     `max_tokens: 10000000` took ten million tokens from the model's shared bucket while it ran:
+//     every other key was refused with a Retry-After of about 100 minutes (the time to refill ten
+//     million), although the bucket was whole again a few seconds later.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startGateway, type GatewayProcess } from '../support/gateway-process.ts';
@@ -18,6 +21,8 @@ const CHOICES = 8;
 /** What each answer really used: every choice ran to max_tokens. */
 const USED = { prompt: 20, completion: CHOICES * MAX_TOKENS };
 const BURST = 10;
+/** A model entry's TPM, shared by every key. */
+const SHARED_TPM = 100_000;
 
 let mock: MockUpstream;
 let gw: GatewayProcess;
@@ -27,11 +32,17 @@ before(async () => {
   gw = await startGateway({
     config: {
       providers: [{ name: 'up', type: 'openai', base_url: `${mock.url}/v1`, api_key: 'sk-upstream' }],
-      models: [{ name: 'gpt-*', provider: 'up' }],
+      models: [
+        { name: 'gpt-*', provider: 'up' },
+        { name: 'shared-*', provider: 'up' },
+      ],
       keys: [
         { name: 'chat-n', key: 'sk-tpm-chat-choices', limits: { tpm: TPM } },
         { name: 'completions-best-of', key: 'sk-tpm-completions-best-of', limits: { tpm: TPM } },
+        { name: 'greedy', key: 'sk-tpm-greedy-max-tokens' },
+        { name: 'neighbour', key: 'sk-tpm-the-other-tenant' },
       ],
+      limits: { models: { 'shared-*': { tpm: SHARED_TPM } } },
     },
   });
 });
@@ -73,6 +84,29 @@ describe('a request for several choices reserves its tokens for each', () => {
   test(`completions with best_of: ${CHOICES} (and n: 2)`, async () => {
     const result = await burst('/v1/completions', 'sk-tpm-completions-best-of', { model: 'gpt-3.5-turbo-instruct', best_of: CHOICES, n: 2, max_tokens: MAX_TOKENS, prompt: 'hi' });
     assertWithinTpm('completions best_of', result.admitted);
+  });
+
+  test('a request with max_tokens 10,000,000 takes at most the shared bucket; another key waits seconds, not hours', async () => {
+    const auth = (key: string) => ({ 'content-type': 'application/json', authorization: `Bearer ${key}` });
+    // The greedy request runs 3 s upstream and uses 20 tokens.
+    const greedy = fetch(`${gw.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: { ...auth('sk-tpm-greedy-max-tokens'), ...mockHeader({ usage: { prompt: 20, completion: 0 }, headersDelayMs: 3000 }) },
+      body: JSON.stringify({ model: 'shared-model', max_tokens: 10_000_000, messages: [{ role: 'user', content: 'hi' }] }),
+    }).then(async (res) => (await res.text(), res.status));
+    await mock.waitFor((received) => received.some((r) => r.headers.authorization === 'Bearer sk-upstream' && String(r.body).includes('10000000')));
+    const other = await fetch(`${gw.proxyUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: auth('sk-tpm-the-other-tenant'),
+      body: JSON.stringify({ model: 'shared-model', max_tokens: 100, messages: [{ role: 'user', content: 'hi' }] }),
+    });
+    const text = await other.text();
+    console.log(`another key while the greedy request runs: ${other.status}, Retry-After ${other.headers.get('retry-after')} s`);
+    if (other.status === 429) {
+      // Refused while the shared bucket is taken, it is told to come back once that request's reservation refills, not ten million tokens later.
+      assert.ok(Number(other.headers.get('retry-after')) <= 60, `Retry-After ${other.headers.get('retry-after')} s: ${text}`);
+    } else assert.equal(other.status, 200, text);
+    assert.equal(await greedy, 200);
   });
 
   test('afterwards nothing is in flight', async () => {
