@@ -87,7 +87,7 @@ describe('realtime sessions under a key\'s limits, at the default store', () => 
     await respondAndClose(first);
     // The place is given back when the session's sockets have closed.
     const second = await eventually(() => openSession(KEYS.concurrent).catch(() => undefined), 5000, 'a session after the first closed');
-    await respondAndClose(second);
+    await respondAndClose(second!);
   });
 
   test('rpm: 2 — the third handshake within the minute is refused', async () => {
@@ -102,7 +102,7 @@ describe('realtime sessions under a key\'s limits, at the default store', () => 
       const found = gw.logs.slice(since).filter((l) => l.event === 'access' && l.key_name === 'budget' && l.status === 101);
       return found.length === 2 ? found : undefined;
     }, 5000, 'two access lines of the budget key');
-    for (const line of lines) {
+    for (const line of lines!) {
       assert.equal(line.prompt_tokens, REALTIME_USAGE.input_tokens, JSON.stringify(line));
       assert.equal(line.completion_tokens, REALTIME_USAGE.output_tokens, JSON.stringify(line));
       assert.equal(line.cost_usd, RESPONSE_MICROS / 1e6, JSON.stringify(line));
