@@ -27,9 +27,15 @@ import { isIP } from 'node:net';
 import { GatewayError } from '../api/errors.ts';
 import { authorityOf, headerText, hostOf, HostNames, isLoopbackHost, originHost, quote } from '../server/request-origin.ts';
 
+/** Verdicts kept per Host and per local address (a handful in practice); a client that sends more only empties the cache. */
+const VERDICTS_KEPT = 256;
+
 export class OpenProxyGuard {
   /** auth.allowed_hosts: the names the open proxy answers to, and whose pages it answers, besides this machine's. */
   readonly #allowed: HostNames;
+  /** Whether a local address is loopback's, and whether a Host is a rebindable name: a request usually costs two lookups. */
+  readonly #loopbackLocal = new Map<string, boolean>();
+  readonly #rebindableHost = new Map<string, boolean>();
 
   constructor(allowedHosts: readonly string[]) {
     this.#allowed = new HostNames(allowedHosts);
@@ -38,10 +44,9 @@ export class OpenProxyGuard {
   /** The refusal for a request or handshake a web page may have sent, or undefined when it may go on. Never throws. */
   refuse(req: IncomingMessage): GatewayError | undefined {
     const local = req.socket.localAddress;
-    if (local !== undefined && isLoopbackHost(local)) {
+    if (local !== undefined && remembered(this.#loopbackLocal, local, isLoopbackHost)) {
       const authority = authorityOf(req);
-      const host = authority === undefined ? undefined : hostOf(authority);
-      if (host !== undefined && this.#rebindable(host)) return hostNotAllowed(authority!);
+      if (authority !== undefined && remembered(this.#rebindableHost, authority, (a) => this.#rebindable(a))) return hostNotAllowed(authority);
     }
     const origin = headerText(req.headers.origin);
     if (origin !== undefined) {
@@ -54,11 +59,22 @@ export class OpenProxyGuard {
     return value === 'cross-site' || value === 'same-origin' ? crossOrigin(`Sec-Fetch-Site ${quote(site)}`) : undefined;
   }
 
-  /** A DNS name (a dot inside it) that is neither loopback's nor allowed: a page's own name may point here. */
-  #rebindable(host: string): boolean {
+  /** A Host naming a DNS name (a dot inside it) that is neither loopback's nor allowed: a page's own name may point here. */
+  #rebindable(authority: string): boolean {
+    const host = hostOf(authority);
+    if (host === undefined) return false;
     const name = host.endsWith('.') ? host.slice(0, -1) : host;
     return name.includes('.') && !name.includes(':') && !isLoopbackHost(name) && isIP(name) === 0 && !this.#allowed.has(name);
   }
+}
+
+function remembered(verdicts: Map<string, boolean>, key: string, decide: (key: string) => boolean): boolean {
+  let verdict = verdicts.get(key);
+  if (verdict === undefined) {
+    if (verdicts.size >= VERDICTS_KEPT) verdicts.clear();
+    verdicts.set(key, (verdict = decide(key)));
+  }
+  return verdict;
 }
 
 function hostNotAllowed(authority: string): GatewayError {
