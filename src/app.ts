@@ -368,8 +368,10 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const onRequest = createRequestHandler(services);
   const realtime = new RealtimeRoute({
     routing: () => gateway.routing,
+    limiter,
     trackForceEndable: (stream) => lifecycle.trackForceEndable(stream),
     upstreamError: (provider, kind) => metrics.upstreamErrors.labels(provider, kind).inc(),
+    reportBug: (error, requestId) => logger.error({ event: 'handler_error', request_id: requestId, err: error }, 'realtime handshake failed'),
     connectTimeoutMs: config.upstream.connect_timeout_ms,
   });
   const onUpgrade = createUpgradeHandler(services, new Map([['/v1/realtime', realtime]]));

@@ -18,6 +18,7 @@ import type { Http2ServerRequest } from 'node:http2';
 import { GatewayError } from '../api/errors.ts';
 import { parseAddress } from '../config/schema.ts';
 import { isHttp2Request } from '../server/context.ts';
+import { authorityOf, headerText as text, hostOf, HostNames, isLoopbackHost, quote, sameOrigin } from '../server/request-origin.ts';
 
 /** What the guard needs of the listener a request arrived on. */
 export interface GuardedListener {
@@ -33,13 +34,6 @@ export const ADMIN_RESPONSE_HEADERS: Readonly<Record<string, string>> = Object.f
 });
 
 const WRITES = new Set(['POST', 'PUT', 'DELETE', 'PATCH']);
-/** The longest header value an error quotes (then "…" and the length). */
-const QUOTED_CHARS = 80;
-
-/** 127.0.0.0/8 and ::1 (IPv4-mapped forms included: BlockList matches them). */
-const LOOPBACK = new BlockList();
-LOOPBACK.addSubnet('127.0.0.0', 8, 'ipv4');
-LOOPBACK.addAddress('::1', 'ipv6');
 
 /** What the guard knows of one listener, computed at its first request. */
 interface ListenerFacts {
@@ -53,36 +47,20 @@ interface ListenerFacts {
 }
 
 export class AdminRequestGuard {
-  /** Exact names and IP addresses of admin.allowed_hosts, lowercased (IPv6 without brackets). */
-  readonly #exact: ReadonlySet<string>;
-  /** The suffixes of its wildcards: `*.example.com` is ".example.com". */
-  readonly #suffixes: readonly string[];
-  /** Its IP addresses, compared as addresses (any spelling of one IPv6 address). */
-  readonly #ips = new BlockList();
+  /** admin.allowed_hosts. */
+  readonly #allowed: HostNames;
   /** By listener: two may share an address for a moment (a reload that switches TLS on it). */
   readonly #listeners = new WeakMap<GuardedListener, ListenerFacts>();
 
   constructor(allowedHosts: readonly string[]) {
-    const exact = new Set<string>();
-    const suffixes: string[] = [];
-    for (const entry of allowedHosts) {
-      const host = unbracket(entry.toLowerCase());
-      if (host.startsWith('*.')) suffixes.push(host.slice(1));
-      else {
-        exact.add(host);
-        const family = isIP(host);
-        if (family !== 0) this.#ips.addAddress(host, family === 4 ? 'ipv4' : 'ipv6');
-      }
-    }
-    this.#exact = exact;
-    this.#suffixes = suffixes;
+    this.#allowed = new HostNames(allowedHosts);
   }
 
   /** The refusal for this request, or undefined when it may go on to its route. Never throws. */
   refuse(req: IncomingMessage, listener: GuardedListener): GatewayError | undefined {
     const facts = this.#factsOf(listener);
     const headers = req.headers;
-    const authority = isHttp2Request(req) ? (text(headers[':authority']) ?? text(headers.host)) : text(headers.host);
+    const authority = authorityOf(req);
     // No Host at all: HTTP/1.0 (HTTP/1.1 without one was refused before). No browser sends that.
     if (authority !== undefined && !this.#hostAllowed(authority, facts)) return hostNotAllowed(authority);
     const method = req.method ?? '';
@@ -127,59 +105,13 @@ export class AdminRequestGuard {
   #hostAllowed(authority: string, facts: ListenerFacts): boolean {
     const host = hostOf(authority);
     if (host === undefined) return false;
+    // An IP address cannot be rebound: a page with this Host was loaded from that address itself.
+    if (isLoopbackHost(host) || this.#allowed.has(host)) return true;
     const family = isIP(host);
-    if (family !== 0) {
-      // An IP address cannot be rebound: a page with this Host was loaded from that address itself.
-      // The usual spellings of loopback first, without BlockList's address parsing.
-      if ((family === 4 && host.startsWith('127.')) || host === '::1' || facts.wildcard) return true;
-      const type = family === 4 ? 'ipv4' : 'ipv6';
-      return LOOPBACK.check(host, type) || facts.boundIp?.check(host, type) === true || this.#ips.check(host, type);
-    }
+    if (family !== 0) return facts.wildcard || facts.boundIp?.check(host, family === 4 ? 'ipv4' : 'ipv6') === true;
     // A trailing dot names the same host ("localhost." is localhost).
-    const name = host.endsWith('.') ? host.slice(0, -1) : host;
-    if (name === 'localhost' || name.endsWith('.localhost') || name === facts.boundName || this.#exact.has(name)) return true;
-    for (const suffix of this.#suffixes) if (name.endsWith(suffix)) return true;
-    return false;
+    return (host.endsWith('.') ? host.slice(0, -1) : host) === facts.boundName;
   }
-}
-
-/** A header's value as one string (HTTP/2 may give a list), or undefined when absent. */
-function text(value: string | string[] | undefined): string | undefined {
-  return Array.isArray(value) ? value.join(', ') : value;
-}
-
-function unbracket(host: string): string {
-  return host.startsWith('[') && host.endsWith(']') ? host.slice(1, -1) : host;
-}
-
-/**
- * The host of a Host value, lowercased (an IPv6 address without its brackets), without the port:
- * ports are not compared, so a port forward (`kubectl port-forward 8080:9901`: Host localhost:8080)
- * still reaches the API; a rebinding attacker controls the name, not the port. Undefined when it
- * is not `host[:port]`.
- */
-function hostOf(authority: string): string | undefined {
-  const value = authority.toLowerCase();
-  if (value.startsWith('[')) {
-    const end = value.indexOf(']');
-    if (end === -1 || !/^(?::\d*)?$/.test(value.slice(end + 1))) return undefined;
-    return value.slice(1, end);
-  }
-  const colon = value.lastIndexOf(':');
-  const host = colon === -1 ? value : value.slice(0, colon);
-  if (colon !== -1 && !/^\d*$/.test(value.slice(colon + 1))) return undefined;
-  return host === '' || host.includes(':') ? undefined : host;
-}
-
-/** `origin` (scheme://host[:port], as a browser sends it) is `scheme://authority`, default ports aside. */
-function sameOrigin(origin: string, scheme: string, authority: string): boolean {
-  return withoutDefaultPort(origin.trim().toLowerCase()) === withoutDefaultPort(`${scheme}://${authority.trim().toLowerCase()}`);
-}
-
-function withoutDefaultPort(origin: string): string {
-  if (origin.startsWith('http://') && origin.endsWith(':80')) return origin.slice(0, -3);
-  if (origin.startsWith('https://') && origin.endsWith(':443')) return origin.slice(0, -4);
-  return origin;
 }
 
 /** The media type of a Content-Type, without its parameters, lowercased. */
@@ -193,12 +125,6 @@ function hasBody(req: IncomingMessage): boolean {
   if (isHttp2Request(req)) return !(req as unknown as Http2ServerRequest).stream.endAfterHeaders;
   const length = req.headers['content-length'];
   return req.headers['transfer-encoding'] !== undefined || (length !== undefined && Number(length) !== 0);
-}
-
-/** A header value to quote in an error: JSON-escaped, at most QUOTED_CHARS characters of it. */
-function quote(value: string): string {
-  if (value.length <= QUOTED_CHARS) return JSON.stringify(value);
-  return `${JSON.stringify(value.slice(0, QUOTED_CHARS))}… (${value.length} characters)`;
 }
 
 function hostNotAllowed(authority: string): GatewayError {

@@ -416,6 +416,19 @@ const price = z.strictObject({
 });
 export type PriceConfig = z.infer<typeof price>;
 
+const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
+
+/** A host name of ASCII labels (a browser sends an international name in its xn-- form). */
+const HOST_NAME = /^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*$/i;
+const ALLOWED_HOST = 'expected a host name ("admin.example.com"), a wildcard of its subdomains ("*.example.com") or an IP address, without a port';
+/** An `admin.allowed_hosts` (or `auth.allowed_hosts`) entry: a name, `*.` and a name, or an IP address (IPv6 with or without brackets). */
+function isAllowedHostPattern(text: string): boolean {
+  const name = text.startsWith('*.') ? text.slice(2) : text;
+  if (HOST_NAME.test(name)) return true;
+  return !text.startsWith('*.') && isIP(text.startsWith('[') && text.endsWith(']') ? text.slice(1, -1) : text) !== 0;
+}
+const allowedHost = z.string().refine(isAllowedHostPattern, { error: (issue) => `${ALLOWED_HOST} (got ${JSON.stringify(String(issue.input).slice(0, 80))})` });
+
 const auth = z.strictObject({
   /**
    * Every proxy request must present a client key, even when none exists (then each gets
@@ -423,20 +436,12 @@ const auth = z.strictObject({
    * rather than opening it. Default: on in etcd mode, off otherwise (`requiresClientKey`).
    */
   require_key: fromEnv(z.boolean()).optional(),
+  /**
+   * While the proxy needs no key: the names it answers to over loopback (Host) and the hosts of the
+   * web pages it answers (Origin), besides this machine's (gateway/open-proxy-guard.ts).
+   */
+  allowed_hosts: z.array(allowedHost).default([]),
 });
-
-const adminToken = z.string().min(16, 'expected an admin token of at least 16 characters');
-
-/** A host name of ASCII labels (a browser sends an international name in its xn-- form). */
-const HOST_NAME = /^[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*$/i;
-const ALLOWED_HOST = 'expected a host name ("admin.example.com"), a wildcard of its subdomains ("*.example.com") or an IP address, without a port';
-/** An `admin.allowed_hosts` entry: a name, `*.` and a name, or an IP address (IPv6 with or without brackets). */
-function isAllowedHostPattern(text: string): boolean {
-  const name = text.startsWith('*.') ? text.slice(2) : text;
-  if (HOST_NAME.test(name)) return true;
-  return !text.startsWith('*.') && isIP(text.startsWith('[') && text.endsWith(']') ? text.slice(1, -1) : text) !== 0;
-}
-const allowedHost = z.string().refine(isAllowedHostPattern, { error: (issue) => `${ALLOWED_HOST} (got ${JSON.stringify(String(issue.input).slice(0, 80))})` });
 
 const admin = z.strictObject({
   /** Bearer token required on every admin route except /livez, /readyz and /metrics (its name in audit events: "admin"). */

@@ -18,6 +18,8 @@ import { ResponseRelay, type RelayEnvironment } from './relay.ts';
 import { RoutedExchange, type ExchangeEnvironment } from './routed-exchange.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
 import { anthropicListBody, anthropicPage, ModelCatalog, modelBody, openaiListBody, type ModelListEvents } from './models.ts';
+import { OpenProxyGuard } from './open-proxy-guard.ts';
+import { pathOf } from '../server/requests.ts';
 
 export interface Routing {
   readonly router: ModelRouter;
@@ -33,6 +35,8 @@ export interface Routing {
   readonly retryBudget: { readonly percent: number; readonly minConcurrency: number };
   /** Limits, budgets and prices of this config. */
   readonly limits: LimitPolicy;
+  /** While the proxy needs no client key: what keeps web pages from using it. Undefined (nothing to check) with keys. */
+  readonly openGuard: OpenProxyGuard | undefined;
 }
 
 export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
@@ -41,17 +45,19 @@ export function createRouting(config: Config, events: ModelListEvents, previous?
   const router = new ModelRouter(config.models, targets);
   targets.settle();
   const r = config.routing;
+  const keys = new ClientKeys(config.keys, { required: requiresClientKey(config) });
   return {
     router,
     providers,
     targets,
     cooldown: { failures: r.cooldown_failures, secs: r.cooldown_secs, maxSecs: r.cooldown_max_secs },
     retryBudget: { percent: r.retry_budget_percent, minConcurrency: r.min_retry_concurrency },
-    keys: new ClientKeys(config.keys, { required: requiresClientKey(config) }),
+    keys,
     bodyLimit: config.downstream.request_body_limit_bytes,
     models: new ModelCatalog(router, providers, events),
     pending: config.resources_pending,
     limits: new LimitPolicy(config),
+    openGuard: keys.enabled || keys.required ? undefined : new OpenProxyGuard(config.auth.allowed_hosts),
   };
 }
 
@@ -116,6 +122,13 @@ export class Gateway {
   endpointOf(path: string): string | undefined {
     if (path === MODELS_PATH || path.startsWith(`${MODELS_PATH}/`)) return 'models';
     return MODEL_ENDPOINTS.get(path)?.metricName;
+  }
+
+  /** Before any route (the probes included): while no client key is needed, a web page's request is refused (open-proxy-guard.ts). */
+  admit(ctx: RequestContext): GatewayError | undefined {
+    const refused = this.#routing.openGuard?.refuse(ctx.req);
+    if (refused) ctx.dialect = dialectOf(ctx, MODEL_ENDPOINTS.get(pathOf(ctx.req.url)));
+    return refused;
   }
 
   handle(ctx: RequestContext, path: string): void {

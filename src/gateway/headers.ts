@@ -1,5 +1,7 @@
 // Which headers cross the gateway. Hop-by-hop headers (RFC 9110 §7.6.1), the client's credentials
-// and `host` never go upstream; hop-by-hop headers from upstream never come back.
+// and `host` never go upstream; hop-by-hop headers from upstream never come back. The provider
+// account is the operator's: a client does not choose which of its organizations or projects is
+// billed (a provider's configured `headers` do), and is not told which they are.
 import type { IncomingHttpHeaders, OutgoingHttpHeaders } from 'node:http';
 
 const NOT_FORWARDED_UPSTREAM = new Set([
@@ -21,6 +23,8 @@ const NOT_FORWARDED_UPSTREAM = new Set([
   'expect',
   'x-request-id',
   'cookie',
+  'openai-organization',
+  'openai-project',
 ]);
 
 const NOT_RETURNED_DOWNSTREAM = new Set([
@@ -34,6 +38,9 @@ const NOT_RETURNED_DOWNSTREAM = new Set([
   'upgrade',
   'x-request-id',
   'set-cookie',
+  'openai-organization',
+  'openai-project',
+  'anthropic-organization-id',
 ]);
 
 /** Client headers fit to send upstream, minus any named in the client's own `Connection`. */

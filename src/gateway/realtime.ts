@@ -9,18 +9,27 @@ import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { UpgradeContext } from '../server/context.ts';
 import { refuseUpgrade, rejectUpgrade, whenClosed, type UpgradeRoute } from '../server/upgrade.ts';
 import type { Routing } from './gateway.ts';
-import { authError, errors, type GatewayError } from '../api/errors.ts';
+import { authError, errors, GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError } from './upstream-errors.ts';
 import { readUsageFrom } from './usage.ts';
 import { checkHandshake } from './websocket-handshake.ts';
 import { checkRealtimeQuery, upstreamRealtimeQuery } from './realtime-query.ts';
+import type { Admission, Limiter } from '../limits/limiter.ts';
+import type { Provider } from '../providers/types.ts';
+import type { Route } from '../routing/router.ts';
 
 export interface RealtimeEnvironment {
   routing(): Routing;
+  readonly limiter: Limiter;
   trackForceEndable(stream: ForceEndable): () => void;
   upstreamError(provider: string, kind: string): void;
+  /** Logs an unexpected error (a bug) with the session it happened in. */
+  reportBug(error: unknown, requestId: string): void;
   connectTimeoutMs: number;
 }
+
+/** A session's admission has no body: its tokens are reserved as a request's without max_tokens. */
+const NO_BODY: Record<string, unknown> = Object.freeze({}) as Record<string, unknown>;
 
 /** Browsers cannot set headers, so the OpenAI SDK sends the key as a subprotocol. */
 const KEY_PROTOCOL = 'openai-insecure-api-key.';
@@ -48,6 +57,9 @@ export class RealtimeRoute implements UpgradeRoute {
     const { protocols } = handshake;
     const keyProtocol = protocols.find((p) => p.startsWith(KEY_PROTOCOL));
     const routing = this.#env.routing();
+    // No key needed: a web page (a WebSocket obeys no CORS rule) must not open a session with the providers' credentials.
+    const refused = routing.openGuard?.refuse(req);
+    if (refused) return reject(refused);
     if (routing.pending !== undefined) return reject(errors.configNotLoaded(routing.pending));
     const headers = keyProtocol && !req.headers.authorization ? { ...req.headers, authorization: `Bearer ${keyProtocol.slice(KEY_PROTOCOL.length)}` } : req.headers;
     const auth = routing.keys.check(headers);
@@ -70,7 +82,48 @@ export class RealtimeRoute implements UpgradeRoute {
       return reject(errors.unsupportedEndpoint(model, provider.name, provider.type, '/v1/realtime'));
     }
     ctx.servedModel = route.targets[0]!.model ?? route.entry;
-    const target = provider.realtimeTarget(upstreamRealtimeQuery(route.upstreamModel ?? model, query.intent));
+    ctx.upstreamModel = route.upstreamModel ?? model;
+    // A session is admitted like a request (the key's and the model's requests per minute,
+    // concurrency, tokens, and a budget already spent), holds its place until both sockets close,
+    // and is settled then with the usage of every response.done and its cost.
+    const policy = routing.limits;
+    const admitting = this.#env.limiter.admit({ policy, key: auth.key, model: route.entry, generates: true, json: NO_BODY, bodyBytes: 0, id: ctx.id });
+    const open = (admission: Admission | GatewayError): void => {
+      if (admission instanceof GatewayError) return reject(admission);
+      ctx.whenFinished((status) => {
+        const usage = ctx.usage;
+        const cost = usage === undefined ? undefined : policy.prices.costMicros(usage, [ctx.upstreamModel, model]);
+        ctx.costMicros = cost;
+        admission.finish(usage, cost, status === 101);
+      });
+      // The client left, or a forced drain answered it, while the limits were checked (a store over IPC or Redis).
+      if (ctx.socket.destroyed || ctx.status !== 0) {
+        if (ctx.status === 0) ctx.errorCode ||= 'client_gone';
+        return whenClosed(ctx.socket, () => finished(ctx.status || 499));
+      }
+      this.#connect(ctx, finished, provider, route, model, query.intent, protocols, keyProtocol);
+    };
+    if (!(admitting instanceof Promise)) return open(admitting);
+    admitting.then(open, (error: unknown) => {
+      this.#env.reportBug(error, ctx.id);
+      reject(errors.internal());
+    });
+  }
+
+  /** Opens the upstream session, then accepts the client's handshake with the subprotocol the provider chose. */
+  #connect(
+    ctx: UpgradeContext,
+    finished: (status: number) => void,
+    provider: Provider,
+    route: Route,
+    model: string,
+    intent: string | undefined,
+    protocols: readonly string[],
+    keyProtocol: string | undefined,
+  ): void {
+    const reject = (error: GatewayError) => refuseUpgrade(ctx, error, finished);
+    const { req } = ctx;
+    const target = provider.realtimeTarget!(upstreamRealtimeQuery(route.upstreamModel ?? model, intent));
     const upstreamHeaders: Record<string, string> = { ...target.headers, ...route.targets[0]!.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];
     if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;

@@ -124,7 +124,11 @@ export class Limiter {
     }
     const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
     if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
-    const cost = tokens.length === 0 ? 0 : estimateTokens(request, s.estimate_output_tokens);
+    // Never more than the smallest bucket it is counted in: a larger reservation passes only when
+    // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
+    // (the gateway's, the model's) for as long as the request runs, and tell every other key to wait
+    // until they refilled it. The real usage is settled whatever was reserved.
+    const cost = tokens.length === 0 ? 0 : Math.min(estimateTokens(request, s.estimate_output_tokens), smallestCapacity(tokens));
     const ask: Ask = {
       requests: requests.map((a) => a.bucket),
       tokens: tokens.map((a) => a.bucket),
@@ -312,14 +316,32 @@ export function promptEstimate(bodyBytes: number): number {
   return Math.ceil(bodyBytes / 4);
 }
 
-/** The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the completion's maximum. */
+function smallestCapacity(applied: readonly Applied[]): number {
+  let smallest = Infinity;
+  for (const a of applied) smallest = Math.min(smallest, a.bucket.capacity);
+  return smallest;
+}
+
+/** The most choices a request is reserved for: OpenAI's own bound on `n`. */
+const MAX_CHOICES = 128;
+
+/**
+ * The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the
+ * completion's maximum for each choice the provider generates (`n`, or `best_of` on completions,
+ * which generates that many and returns the best: every one is billed).
+ */
 export function estimateTokens(request: Pick<AdmitRequest, 'json' | 'bodyBytes' | 'generates'>, defaultOutput: number): number {
   const prompt = promptEstimate(request.bodyBytes);
   if (!request.generates) return prompt;
   const j = request.json;
   const max = j.max_completion_tokens ?? j.max_tokens ?? j.max_output_tokens;
   const output = typeof max === 'number' && Number.isFinite(max) && max >= 0 ? Math.min(Math.floor(max), 10_000_000) : defaultOutput;
-  return prompt + output;
+  return prompt + output * Math.max(choices(j.n), choices(j.best_of));
+}
+
+/** A count of choices as a client may send it: a whole number from 1 (anything else is 1) to MAX_CHOICES. */
+function choices(value: unknown): number {
+  return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), MAX_CHOICES) : 1;
 }
 
 /** A key's budget for the period `now` is in (UTC calendar day or month). */

@@ -101,7 +101,7 @@ describe('chat completions', () => {
     assert.equal((mock.received[0]!.json as { model: string }).model, 'pre-anything');
   });
 
-  test('request headers forwarded except hop-by-hop, host and client credentials', async () => {
+  test('request headers forwarded except hop-by-hop, host, client credentials and the provider account\'s', async () => {
     mock.reset();
     // node:http, because fetch will not send a `Connection` header of our choosing.
     const status = await new Promise<number>((resolve, reject) => {
@@ -112,6 +112,7 @@ describe('chat completions', () => {
           authorization: 'Bearer client-key-should-not-pass',
           'x-api-key': 'client-x-api-key',
           'openai-organization': 'org-1',
+          'openai-beta': 'assistants=v2',
           'x-custom': 'kept',
           'x-drop-me': 'gone',
           connection: 'keep-alive, x-drop-me',
@@ -127,7 +128,8 @@ describe('chat completions', () => {
     const h = mock.received[0]!.headers;
     assert.equal(h.authorization, 'Bearer sk-provider-secret-openai');
     assert.equal(h['x-api-key'], undefined);
-    assert.equal(h['openai-organization'], 'org-1');
+    assert.equal(h['openai-organization'], undefined, 'the operator\'s provider account: not the client\'s to choose');
+    assert.equal(h['openai-beta'], 'assistants=v2');
     assert.equal(h['x-custom'], 'kept');
     assert.equal(h['x-drop-me'], undefined);
     assert.notEqual(h.host, new URL(gw.proxyUrl).host);

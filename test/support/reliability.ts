@@ -90,6 +90,8 @@ export const ANTHROPIC_TYPE_OF_CODE: Readonly<Record<string, string>> = {
   unknown_path: 'not_found_error',
   missing_api_key: 'authentication_error',
   invalid_api_key: 'authentication_error',
+  host_not_allowed: 'invalid_request_error',
+  cross_origin_request: 'permission_error',
   body_too_large: 'request_too_large',
   upstream_timeout: 'timeout_error',
   upstream_first_token_timeout: 'timeout_error',

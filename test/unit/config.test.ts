@@ -53,7 +53,7 @@ describe('defaults', () => {
       models: [],
       keys: [],
       // Off: with no etcd section nothing is written at run time, and no key means open (and warned about off loopback).
-      auth: { require_key: false },
+      auth: { require_key: false, allowed_hosts: [] },
       shutdown: { min_drain_secs: 30, max_drain_secs: 0, progress_log_secs: 5, drain_strategy: 'immediate', reset_upgraded_on_proactive_drain: false, parent_shutdown_secs: 900 },
       downstream: {
         idle_timeout_secs: 0,

@@ -73,3 +73,11 @@ test('downstream: values containing CR or LF are dropped', () => {
   } as IncomingHttpHeaders);
   assert.deepEqual(out, { 'x-ok': 'fine', 'x-ok-list': ['a', 'b'] });
 });
+
+test('the provider account is the operator\'s: a client\'s organization and project stay here, the provider\'s account headers do not come back', () => {
+  assert.deepEqual(upstreamHeaders({ 'openai-organization': 'org-client', 'openai-project': 'proj_client', 'openai-beta': 'realtime=v1' }), { 'openai-beta': 'realtime=v1' });
+  assert.deepEqual(
+    downstreamHeaders({ 'openai-organization': 'org-operator', 'openai-project': 'proj_operator', 'anthropic-organization-id': 'uuid', 'openai-processing-ms': '12', 'x-ratelimit-remaining-tokens': '5' }),
+    { 'openai-processing-ms': '12', 'x-ratelimit-remaining-tokens': '5' },
+  );
+});

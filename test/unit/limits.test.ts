@@ -219,6 +219,21 @@ describe('Limiter', () => {
     assert.equal(next.headers['x-ratelimit-remaining-tokens'], String(1000 - 50 - 200));
   });
 
+  test('a reservation larger than the smallest bucket it is counted in takes that bucket\'s capacity from each, and settles the real usage', () => {
+    const limiter = new Limiter(new MemoryStore(() => 0), events().events);
+    const p = policy('limits: { global: { tpm: 1000000 }, models: { gpt-4o: { tpm: 100000 } } }');
+    const key = { name: 'a', limits: { tpm: 1000 } };
+    const greedy = limiter.admit(request(p, key, { json: { max_tokens: 10_000_000 } })) as Admission;
+    // The tightest bucket's headers: the key's, emptied, not ten million in debt.
+    assert.equal(greedy.headers['x-ratelimit-remaining-tokens'], '0');
+    const other = limiter.admit(request(p, { name: 'b' }, { id: 'b-1' })) as Admission;
+    assert.ok(!(other instanceof GatewayError), 'another key still fits in the shared buckets');
+    assert.equal(other.headers['x-ratelimit-remaining-tokens'], String(100_000 - 1000 - 200), 'the model\'s bucket lost 1,000 to the greedy request');
+    greedy.finish({ prompt: 100, completion: 5000 }, undefined, true);
+    const after = limiter.admit(request(p, { name: 'b' }, { id: 'b-2' })) as Admission;
+    assert.equal(after.headers['x-ratelimit-remaining-tokens'], String(100_000 - 5100 - 200 - 200), 'settled with the real usage');
+  });
+
   test('unknown usage: an answer that went out keeps its reservation, a failure gives it back', () => {
     const limiter = new Limiter(new MemoryStore(() => 0), events().events);
     const p = policy('');
@@ -299,6 +314,13 @@ describe('Limiter', () => {
     assert.equal(estimateTokens({ json: {}, bodyBytes: 4, generates: true }, 500), 501);
     assert.equal(estimateTokens({ json: { max_tokens: 'x' }, bodyBytes: 4, generates: false }, 500), 1);
     assert.equal(estimateTokens({ json: { max_tokens: -1 }, bodyBytes: 0, generates: true }, 9), 9);
+    // Every choice the provider generates is reserved: n, or best_of (the larger), at most 128.
+    assert.equal(estimateTokens({ json: { max_tokens: 50, n: 4 }, bodyBytes: 4, generates: true }, 500), 1 + 200);
+    assert.equal(estimateTokens({ json: { n: 3 }, bodyBytes: 4, generates: true }, 500), 1 + 1500);
+    assert.equal(estimateTokens({ json: { max_tokens: 10, n: 2, best_of: 5 }, bodyBytes: 0, generates: true }, 500), 50);
+    assert.equal(estimateTokens({ json: { max_tokens: 10, n: 1e9 }, bodyBytes: 0, generates: true }, 500), 1280);
+    for (const n of [0, -3, 'x', null, Number.NaN, Infinity, 2.7]) assert.equal(estimateTokens({ json: { max_tokens: 10, n }, bodyBytes: 0, generates: true }, 500), n === 2.7 ? 20 : 10, String(n));
+    assert.equal(estimateTokens({ json: { n: 8 }, bodyBytes: 40, generates: false }, 500), 10, 'embeddings: no output');
   });
 
   test('durations as OpenAI writes them', () => {

@@ -1,0 +1,118 @@
+// A realtime session is a client's like any request: it was admitted by nothing (found in the
+// review of issue #24). A key limited to one concurrent request opened five sessions at once, one
+// limited to one request a minute opened seven, and one whose budget was spent opened more; no
+// session was ever charged. Now a handshake passes the limiter (the memory store, the default)
+// before any upstream socket: over a limit it is a 429 in the OpenAI shape, with Retry-After; a
+// session holds its concurrency place until both its sockets close, and is settled then with the
+// usage of every response.done (tokens and, when its model has a price, spend).
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import WebSocket from 'ws';
+import { eventually, metricValue, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
+import { websocketHandshake } from '../support/http.ts';
+import { assertOpenAiError, assertSettled } from '../support/reliability.ts';
+import { REALTIME_USAGE } from '../support/mock-realtime.ts';
+
+const KEYS = {
+  concurrent: 'sk-realtime-one-at-a-time',
+  rpm: 'sk-realtime-two-a-minute-0',
+  budget: 'sk-realtime-one-dollar-000',
+};
+/** $0.95 a response: 5 input tokens at $50,000 a million, 7 output at $100,000. */
+const PRICE = { input: 50_000, output: 100_000 };
+const RESPONSE_MICROS = REALTIME_USAGE.input_tokens * PRICE.input + REALTIME_USAGE.output_tokens * PRICE.output;
+
+let mock: MockUpstream;
+let gw: GatewayProcess;
+
+before(async () => {
+  mock = await startMockUpstream();
+  gw = await startGateway({
+    config: {
+      providers: [{ name: 'up', type: 'openai', base_url: `${mock.url}/v1`, api_key: 'sk-upstream' }],
+      models: [{ name: 'gpt-realtime*', provider: 'up' }],
+      prices: { 'gpt-realtime': PRICE },
+      keys: [
+        { name: 'concurrent', key: KEYS.concurrent, limits: { concurrent: 1 } },
+        { name: 'rpm', key: KEYS.rpm, limits: { rpm: 2 } },
+        { name: 'budget', key: KEYS.budget, budget: { usd: 1, period: 'day' } },
+      ],
+    },
+  });
+});
+
+after(async () => {
+  await gw?.stop();
+  await mock?.close();
+});
+
+const TARGET = '/v1/realtime?model=gpt-realtime';
+const sessionsUpstream = () => mock.received.filter((r) => r.path.startsWith('/v1/realtime')).length;
+
+/** Opens a session with `key`; resolves once it is open (the upstream's session.created received). */
+function openSession(key: string): Promise<WebSocket> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${gw.proxyUrl.replace('http', 'ws')}${TARGET}`, ['realtime'], { headers: { authorization: `Bearer ${key}` } });
+    ws.once('message', () => resolve(ws));
+    ws.once('unexpected-response', (_req, res) => reject(new Error(`refused: ${res.statusCode}`)));
+    ws.once('error', reject);
+  });
+}
+
+/** One response in the session (its response.done), then the session closed and its access line written. */
+async function respondAndClose(ws: WebSocket): Promise<void> {
+  const done = new Promise<void>((resolve) => ws.on('message', (data) => String(data).includes('response.done') && resolve()));
+  ws.send(JSON.stringify({ type: 'response.create' }));
+  await done;
+  const closed = new Promise((resolve) => ws.once('close', resolve));
+  ws.close();
+  await closed;
+}
+
+/** A handshake refused by a limit: a 429 in the OpenAI shape with Retry-After, and no upstream socket opened for it. */
+async function assertRefused(key: string, code: string): Promise<void> {
+  const before = sessionsUpstream();
+  const answer = await websocketHandshake(gw.proxyUrl, TARGET, { authorization: `Bearer ${key}` });
+  assert.equal(answer.status, 429, `${answer.head}\n${answer.body}`);
+  assert.equal(assertOpenAiError(answer.body, code).code, code, answer.body);
+  assert.match(answer.head, /\r\nretry-after: \d+/i, answer.head);
+  assert.equal(sessionsUpstream(), before, 'an upstream socket was opened for a refused handshake');
+}
+
+describe('realtime sessions under a key\'s limits, at the default store', () => {
+  test('concurrent: 1 — a second session is refused while the first is open, and admitted once it closed', async () => {
+    const first = await openSession(KEYS.concurrent);
+    await assertRefused(KEYS.concurrent, 'rate_limit_exceeded');
+    await respondAndClose(first);
+    // The place is given back when the session's sockets have closed.
+    const second = await eventually(() => openSession(KEYS.concurrent).catch(() => undefined), 5000, 'a session after the first closed');
+    await respondAndClose(second!);
+  });
+
+  test('rpm: 2 — the third handshake within the minute is refused', async () => {
+    for (let i = 0; i < 2; i++) await respondAndClose(await openSession(KEYS.rpm));
+    await assertRefused(KEYS.rpm, 'rate_limit_exceeded');
+  });
+
+  test('a $1 budget: each session is charged its responses; once spent, a handshake is refused budget_exceeded', async () => {
+    const since = gw.logs.length;
+    for (let i = 0; i < 2; i++) await respondAndClose(await openSession(KEYS.budget));
+    const lines = await eventually(() => {
+      const found = gw.logs.slice(since).filter((l) => l.event === 'access' && l.key_name === 'budget' && l.status === 101);
+      return found.length === 2 ? found : undefined;
+    }, 5000, 'two access lines of the budget key');
+    for (const line of lines!) {
+      assert.equal(line.prompt_tokens, REALTIME_USAGE.input_tokens, JSON.stringify(line));
+      assert.equal(line.completion_tokens, REALTIME_USAGE.output_tokens, JSON.stringify(line));
+      assert.equal(line.cost_usd, RESPONSE_MICROS / 1e6, JSON.stringify(line));
+    }
+    const spent = metricValue(await scrape(gw), 'sluice_spend_usd_total', { key: 'budget' });
+    assert.equal(spent, (2 * RESPONSE_MICROS) / 1e6, 'sluice_spend_usd_total of the budget key');
+    await assertRefused(KEYS.budget, 'budget_exceeded');
+  });
+
+  test('afterwards nothing is in flight', async () => {
+    await assertSettled(gw, 'after the sessions');
+  });
+});
