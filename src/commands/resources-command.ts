@@ -22,6 +22,7 @@ import { isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFER
 import { interpolate, type MissingVariable } from '../config/interpolate.ts';
 import { isSecretField, KEY_WITH_VARIABLE } from '../config/resource-variables.ts';
 import { formatPath } from '../config/load.ts';
+import { redactUrl } from '../config/redact-url.ts';
 import { escapeControls, hasControl, printable } from './terminal-text.ts';
 import { AdminUnreachable, adminRequest, adminToken, adminUrl, errorCode, errorMessage, type AdminAnswer } from './admin-client.ts';
 
@@ -190,7 +191,7 @@ export async function applyResources(config: Config, options: ApplyOptions, io: 
   if (!options.file) return fail('name the file to apply with -f FILE (a YAML file with providers:, models: and keys: lists)', USAGE);
   const base = adminUrl(config, options.admin);
   if (!base) return fail('no admin listener in the config: name one with --admin URL');
-  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${base})`, USAGE);
+  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${redactUrl(base)})`, USAGE);
   const read = readApplyFile(options.file, options.env);
   if (!read.ok) {
     for (const problem of read.problems) io.err(printable(`sluice apply: ${problem}`));
@@ -353,7 +354,7 @@ export async function getResources(config: Config, options: GetOptions, io: Outp
   if (output !== undefined && output !== 'json' && output !== 'yaml') return fail(`unknown output format "${output}": -o takes json or yaml (default: a table)`, USAGE);
   const base = adminUrl(config, options.admin);
   if (!base) return fail('no admin listener in the config: name one with --admin URL');
-  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${base})`, USAGE);
+  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${redactUrl(base)})`, USAGE);
   const token = adminToken(config, options.token);
   const path = options.name === undefined ? `/config/${kind}` : `/config/${kind}/${encodeURIComponent(options.name)}`;
   let answer: AdminAnswer;

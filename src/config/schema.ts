@@ -258,9 +258,20 @@ const shutdown = z.strictObject({
   parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
 });
 
+/**
+ * An etcd client URL: a scheme, a host and a port. etcd's gRPC client reads nothing else of it: a
+ * `user:password@` made every connection fail with the password quoted in the error (and so in the
+ * logs, /server_info and the status page); credentials have their own keys.
+ */
+const etcdEndpoint = z
+  .url({ protocol: /^https?$/, error: 'expected an etcd client URL such as http://127.0.0.1:2379' })
+  .refine((text) => !/^[^:]+:\/\/[^/?#]*@|[?#]/.test(text), {
+    error: 'expected only a scheme, a host and a port (http://127.0.0.1:2379): etcd\'s client reads no user, password or query from an endpoint; write them in etcd.username and etcd.password',
+  });
+
 const etcd = z.strictObject({
-  /** etcd v3 client URLs (http:// or https://). */
-  endpoints: z.array(z.url({ protocol: /^https?$/, error: 'expected an etcd client URL such as http://127.0.0.1:2379' })).min(1, 'expected at least one etcd endpoint'),
+  /** etcd v3 client URLs (http:// or https://): scheme, host and port. */
+  endpoints: z.array(etcdEndpoint).min(1, 'expected at least one etcd endpoint'),
   /** Every resource lives under this key prefix, one key per resource: <prefix>providers/<name>. */
   prefix: z.string().min(1).regex(/\/$/, 'expected a prefix ending in "/" (for example /sluice/)').default('/sluice/'),
   username: z.string().min(1).optional(),
