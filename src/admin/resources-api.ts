@@ -19,6 +19,7 @@ import { ConfigError, validateConfig } from '../config/load.ts';
 import { isResourceKind, jsonSyntaxProblem, missingProvider, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
+import { redactUrl } from '../config/redact-url.ts';
 
 /** Longest wait, after a write, for this gateway to serve it before answering anyway (`applied: false`). */
 const APPLY_WAIT_MS = 2000;
@@ -94,10 +95,11 @@ function listAnswer(store: ResourceStore, kind: ResourceKind): Answer {
 
 /**
  * A resource as the API shows it: a provider's key only if it is a `${VAR}` reference, a header
- * whose name looks like a credential's (a provider's, a target's) as "[redacted]", a client key
- * only as its digest. `asWritten`: the stored form is what was written, its `${VAR}`s unresolved
- * (etcd); otherwise (a config file) every value is already the environment's, and every header
- * value is redacted.
+ * whose name looks like a credential's (a provider's, a target's) as "[redacted]", a `base_url`
+ * without its userinfo, query and fragment (redactUrl: a key may be written there, or expanded
+ * there from the environment in a config file), a client key only as its digest. `asWritten`:
+ * the stored form is what was written, its `${VAR}`s unresolved (etcd); otherwise (a config file)
+ * every value is already the environment's, and every header value is redacted.
  */
 export function present(resource: Resource, asWritten = true): Record<string, unknown> {
   const stored = { ...resource.stored };
@@ -107,6 +109,7 @@ export function present(resource: Resource, asWritten = true): Record<string, un
       stored.api_key_set = true;
     }
     stored.headers = redactHeaders(stored.headers, asWritten);
+    if (typeof stored.base_url === 'string') stored.base_url = redactUrl(stored.base_url);
   }
   if (resource.kind === 'models' && Array.isArray(stored.targets)) {
     stored.targets = stored.targets.map((target: unknown) =>

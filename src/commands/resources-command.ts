@@ -179,6 +179,8 @@ function headerMaps(kind: ResourceKind, body: Record<string, unknown>): { at: st
 function redactedFields(kind: ResourceKind, body: Record<string, unknown>): string[] {
   const found: string[] = [];
   if (kind === 'providers' && body.api_key === REDACTED) found.push('api_key');
+  // `sluice get` shows a base_url's userinfo, query and fragment as "[redacted]" (redact-url.ts).
+  if (kind === 'providers' && typeof body.base_url === 'string' && body.base_url.includes(REDACTED)) found.push('base_url');
   for (const { at, headers } of headerMaps(kind, body)) for (const [header, value] of Object.entries(headers)) if (value === REDACTED) found.push(`${at}.${header}`);
   return found;
 }
