@@ -15,7 +15,7 @@
 import { BlockList, isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
 import type { Http2ServerRequest } from 'node:http2';
-import { GatewayError } from '../api/errors.ts';
+import { GatewayError, quoted } from '../api/errors.ts';
 import { parseAddress } from '../config/schema.ts';
 import { isHttp2Request } from '../server/context.ts';
 
@@ -197,8 +197,7 @@ function hasBody(req: IncomingMessage): boolean {
 
 /** A header value to quote in an error: JSON-escaped, at most QUOTED_CHARS characters of it. */
 function quote(value: string): string {
-  if (value.length <= QUOTED_CHARS) return JSON.stringify(value);
-  return `${JSON.stringify(value.slice(0, QUOTED_CHARS))}… (${value.length} characters)`;
+  return JSON.stringify(quoted(value, QUOTED_CHARS));
 }
 
 function hostNotAllowed(authority: string): GatewayError {

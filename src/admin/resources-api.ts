@@ -13,7 +13,7 @@ import type { RequestContext } from '../server/context.ts';
 import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { readBody } from '../server/body.ts';
 import { sendError, sendJson } from '../server/respond.ts';
-import { GatewayError } from '../api/errors.ts';
+import { GatewayError, quoted } from '../api/errors.ts';
 import { modelTargets, type Config, type ModelConfig } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
 import { isResourceKind, jsonSyntaxProblem, missingProvider, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
@@ -38,14 +38,14 @@ export interface ResourcesEnvironment {
 }
 
 const invalid = (message: string, code = 'invalid_resource') => new GatewayError(400, 'invalid_request_error', code, message);
-const notFound = (kind: string, name: string) => new GatewayError(404, 'not_found_error', 'resource_not_found', `no ${kind}/${name}`);
+const notFound = (kind: string, name: string) => new GatewayError(404, 'not_found_error', 'resource_not_found', `no ${kind}/${quoted(name)}`);
 
 /** Routes a path under /config/ (`segments` after "config"); `who` is the admin token's name. */
 export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, segments: string[], who: string): void {
   const method = ctx.req.method ?? '';
   const fail = (error: GatewayError) => sendError(ctx, env.decision, error);
   const [kindText = '', rawName, action, ...rest] = segments;
-  if (!isResourceKind(kindText) || rest.length > 0) return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for /config/${segments.join('/')} (kinds: ${RESOURCE_KINDS.join(', ')})`));
+  if (!isResourceKind(kindText) || rest.length > 0) return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for /config/${quoted(segments.join('/'))} (kinds: ${RESOURCE_KINDS.join(', ')})`));
   const kind = kindText;
   let name: string | undefined;
   try {
@@ -53,7 +53,7 @@ export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, s
   } catch {
     return fail(invalid('the resource name is not valid percent-encoding', 'invalid_name'));
   }
-  const allow = (expected: string) => fail(new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${ctx.req.url?.split('?')[0]}; use ${expected}`, { allow: expected }));
+  const allow = (expected: string) => fail(new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${quoted(ctx.req.url?.split('?')[0] ?? '')}; use ${expected}`, { allow: expected }));
   if (method !== 'GET' && method !== 'HEAD' && env.store.readOnly !== undefined) return fail(new GatewayError(409, 'invalid_request_error', 'read_only_source', env.store.readOnly));
   let work: Promise<Answer>;
   if (name === undefined) {
@@ -61,7 +61,7 @@ export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, s
     else if (method === 'POST' && kind === 'keys') work = withBody(ctx, (body) => createKey(env, body, who));
     else return allow(kind === 'keys' ? 'GET, POST' : 'GET');
   } else if (action !== undefined) {
-    if (kind !== 'keys' || action !== 'rotate') return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${ctx.req.url?.split('?')[0]}`));
+    if (kind !== 'keys' || action !== 'rotate') return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${quoted(ctx.req.url?.split('?')[0] ?? '')}`));
     if (method !== 'POST') return allow('POST');
     work = rotateKey(env, ctx, name, who);
   } else if (method === 'GET') {
@@ -165,7 +165,7 @@ async function expectedRevision(env: ResourcesEnvironment, ctx: RequestContext, 
  */
 function validate(env: ResourcesEnvironment, kind: ResourceKind, name: string, body: object): Resource | GatewayError {
   const checked = env.store.check(kind, name, body);
-  if (!checked.ok) return invalid(`${kind}/${name}: ${checked.reason}`);
+  if (!checked.ok) return invalid(`${kind}/${quoted(name)}: ${checked.reason}`);
   return fits(env, kind, name, checked.resource) ?? checked.resource;
 }
 
@@ -174,7 +174,7 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
   const { resources_pending: _pending, etcd: _etcd, ...current } = env.current();
   if (resource && kind === 'models') {
     const unknown = missingProvider(resource.value as ModelConfig, new Set(current.providers.map((p) => p.name)));
-    if (unknown !== undefined) return invalid(`${kind}/${name}: ${unknown}`);
+    if (unknown !== undefined) return invalid(`${kind}/${quoted(name)}: ${unknown}`);
   }
   const lists: Record<ResourceKind, unknown[]> = { providers: [...current.providers], models: [...current.models], keys: [...current.keys] };
   const others = lists[kind].filter((item) => typeof item === 'string' || (item as { name: string }).name !== name);
@@ -189,7 +189,7 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
       const users = current.models.filter((m) => modelTargets(m).some((t) => t.provider === name)).map((m) => m.name);
       if (users.length > 0) return new GatewayError(409, 'invalid_request_error', 'resource_in_use', `provider "${name}" is used by models ${users.map((u) => `"${u}"`).join(', ')}: change or delete them first`);
     }
-    return invalid(`${kind}/${name} does not fit the configuration: ${problems}`);
+    return invalid(`${kind}/${quoted(name)} does not fit the configuration: ${problems}`);
   }
 }
 
@@ -204,7 +204,7 @@ async function put(env: ResourcesEnvironment, ctx: RequestContext, kind: Resourc
   if (kind === 'keys') {
     // The key as sent is checked before it becomes a digest: one holding "${" is refused, never stored as the hash of its text.
     const raw = env.store.check(kind, name, { ...(body as object), name });
-    if (!raw.ok) return { error: invalid(`${kind}/${name}: ${raw.reason}`) };
+    if (!raw.ok) return { error: invalid(`${kind}/${quoted(name)}: ${raw.reason}`) };
   }
   const stored = kind === 'keys' ? hashKey(body as Record<string, unknown>) : (body as Record<string, unknown>);
   const checked = validate(env, kind, name, { ...stored, name });
