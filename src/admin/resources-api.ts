@@ -193,6 +193,17 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
   }
 }
 
+/**
+ * A `name` in a PUT's body that is not the one in its URL: refused (400), as etcd refuses a key
+ * whose value names another, rather than stored under the URL's name (which renamed the resource
+ * the body described). Both names are quoted, each capped.
+ */
+function nameMismatch(kind: ResourceKind, name: string, given: unknown): GatewayError | undefined {
+  if (given === undefined || given === name) return undefined;
+  const what = typeof given === 'string' ? `"${quoted(given)}"` : `a ${given === null ? 'null' : Array.isArray(given) ? 'list' : typeof given}, not a name`;
+  return invalid(`the body's name (${what}) is not the one in the URL (${kind}/"${quoted(name)}"): leave it out or make it the same`, 'name_mismatch');
+}
+
 /** A client key is stored as its digest: `{ key }` becomes `{ key_sha256 }`. */
 function hashKey(body: Record<string, unknown>): Record<string, unknown> {
   if (typeof body.key !== 'string') return body;
@@ -201,6 +212,8 @@ function hashKey(body: Record<string, unknown>): Record<string, unknown> {
 }
 
 async function put(env: ResourcesEnvironment, ctx: RequestContext, kind: ResourceKind, name: string, body: unknown, who: string): Promise<Answer> {
+  const mismatch = nameMismatch(kind, name, (body as { name?: unknown }).name);
+  if (mismatch) return { error: mismatch };
   if (kind === 'keys') {
     // The key as sent is checked before it becomes a digest: one holding "${" is refused, never stored as the hash of its text.
     const raw = env.store.check(kind, name, { ...(body as object), name });
