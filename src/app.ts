@@ -11,7 +11,7 @@ import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { startTracing } from './telemetry/tracing.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
-import { OpenProxyWarnings } from './auth/open-proxy.ts';
+import { NO_CLIENT_KEYS, openProxyMessage, OpenProxyWarnings } from './auth/open-proxy.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
 import { openStore } from './limits/open-store.ts';
@@ -34,9 +34,6 @@ import { oneProcess, type Supervision } from './cluster/supervision.ts';
 import { configStore, type ResourceStore } from './config/store.ts';
 import type { SourceState } from './config/etcd-source.ts';
 import { isDeepStrictEqual } from 'node:util';
-
-/** The `client_keys` check's words when it fails. */
-const NO_CLIENT_KEYS = 'auth.require_key is on and no client key exists: every proxy request gets 401 no_client_keys';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -402,7 +399,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   }
   lifecycle.markServing();
   // The process that says `ready` (one process, a supervisor) also says which proxy listeners anyone can use.
-  const openProxies = options.announceReady !== false ? new OpenProxyWarnings((l) => logger.warn({ event: 'proxy_open', listener: l.name, address: l.address }, `proxy listener "${l.name}" on ${l.address} needs no client key: anyone who can reach it can use every configured provider (add keys, or set auth.require_key: true)`)) : undefined;
+  const openProxies = options.announceReady !== false ? new OpenProxyWarnings((l) => logger.warn({ event: 'proxy_open', listener: l.name, address: l.address }, openProxyMessage(l))) : undefined;
   if (options.announceReady !== false) {
     const notReady = config.resources_pending ?? (gateway.routing.keys.closed ? NO_CLIENT_KEYS : undefined);
     logger.info(
