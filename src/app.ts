@@ -11,12 +11,13 @@ import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
 import { startTracing } from './telemetry/tracing.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
-import { OpenProxyWarnings } from './auth/open-proxy.ts';
+import { NO_CLIENT_KEYS, openProxyMessage, OpenProxyWarnings } from './auth/open-proxy.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
 import { openStore } from './limits/open-store.ts';
 import { MemoryStore } from './limits/memory-store.ts';
-import { RedisStore, redisEndpoint } from './limits/redis-store.ts';
+import { RedisStore } from './limits/redis-store.ts';
+import { redactUrl, redactUrlsIn } from './config/redact-url.ts';
 import type { LimitStore } from './limits/store.ts';
 import { STATE_VALUE } from './routing/targets.ts';
 import { AdminRoutes } from './admin/admin.ts';
@@ -33,9 +34,6 @@ import { oneProcess, type Supervision } from './cluster/supervision.ts';
 import { configStore, type ResourceStore } from './config/store.ts';
 import type { SourceState } from './config/etcd-source.ts';
 import { isDeepStrictEqual } from 'node:util';
-
-/** The `client_keys` check's words when it fails. */
-const NO_CLIENT_KEYS = 'auth.require_key is on and no client key exists: every proxy request gets 401 no_client_keys';
 
 export interface RunningGateway {
   readonly lifecycle: Lifecycle;
@@ -141,12 +139,13 @@ function drainSettings(config: Config): DrainSettings {
  */
 function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined, supervisor: boolean): Limiter {
   let lastLogged = -Infinity;
-  const where = config.limits.store === 'redis' ? redisEndpoint(config.limits.redis!.url) : config.limits.store;
+  const where = config.limits.store === 'redis' ? redactUrl(config.limits.redis!.url) : config.limits.store;
   const logError = (fields: object, error: Error) => {
     const now = Date.now();
     if (now - lastLogged < 10_000) return;
     lastLogged = now;
-    logger.warn({ event: 'limit_store_error', store: where, reason: error.message, ...fields }, `the limit store (${where}) failed: ${error.message}`);
+    const reason = redactUrlsIn(error.message);
+    logger.warn({ event: 'limit_store_error', store: where, reason, ...fields }, `the limit store (${where}) failed: ${reason}`);
   };
   const store = given ?? (supervisor ? new MemoryStore() : openStore(config.limits, (error) => logError({ operation: 'connect' }, error)));
   return new Limiter(store, {
@@ -234,7 +233,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   });
   const limiter = createLimiter(config, logger, metrics, options.limitStore, supervision.workers > 0);
   if (limiter.store instanceof RedisStore && !(await limiter.store.ready(config.limits.redis!.connect_timeout_ms))) {
-    logger.warn({ event: 'limit_store_unreachable', store: redisEndpoint(config.limits.redis!.url), on_store_error: config.limits.on_store_error }, 'Redis for the limits cannot be reached yet; limits.on_store_error applies until it can');
+    logger.warn({ event: 'limit_store_unreachable', store: redactUrl(config.limits.redis!.url), on_store_error: config.limits.on_store_error }, 'Redis for the limits cannot be reached yet; limits.on_store_error applies until it can');
   }
   let gatewayRef: Gateway | undefined;
   // An outage can spend the retry budget on every request: said once a minute per route, counted always.
@@ -402,7 +401,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   }
   lifecycle.markServing();
   // The process that says `ready` (one process, a supervisor) also says which proxy listeners anyone can use.
-  const openProxies = options.announceReady !== false ? new OpenProxyWarnings((l) => logger.warn({ event: 'proxy_open', listener: l.name, address: l.address }, `proxy listener "${l.name}" on ${l.address} needs no client key: anyone who can reach it can use every configured provider (add keys, or set auth.require_key: true)`)) : undefined;
+  const openProxies = options.announceReady !== false ? new OpenProxyWarnings((l) => logger.warn({ event: 'proxy_open', listener: l.name, address: l.address }, openProxyMessage(l))) : undefined;
   if (options.announceReady !== false) {
     const notReady = config.resources_pending ?? (gateway.routing.keys.closed ? NO_CLIENT_KEYS : undefined);
     logger.info(

@@ -20,6 +20,7 @@ import { requestRestart } from './hot-restart/restart-command.ts';
 import { applyResources, getResources } from './commands/resources-command.ts';
 import { planCommand } from './commands/plan-command.ts';
 import { followStatus } from './commands/status-command.ts';
+import { reportValid } from './commands/validate-command.ts';
 
 const { version } = createRequire(import.meta.url)('../package.json') as { version: string };
 
@@ -113,12 +114,7 @@ async function main(argv: string[]): Promise<number> {
   if (command === 'apply') return applyResources(config, { file: values.file, admin: values.admin, token: values.token });
   if (command === 'status') return followStatus(config, { admin: values.admin, token: values.token });
   if (command === 'get') return getResources(config, { kind: positionals[1], name: positionals[2], output: values.output, admin: values.admin, token: values.token });
-  if (command === 'validate') {
-    process.stdout.write(
-      `config OK (${file ?? 'embedded default'}): ${config.listeners.length} listeners, ${config.etcd ? `providers, models and keys in etcd (${config.etcd.endpoints.join(', ')}, prefix ${config.etcd.prefix})` : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys`}, ${workerCount(config, availableParallelism())} workers\n`,
-    );
-    return 0;
-  }
+  if (command === 'validate') return reportValid(config, file ?? 'embedded default');
   const generation = generationNumber();
   if (config.hot_restart.enabled && generation === 0) return keep(config, argv);
   return serve(config, source, generation, file);

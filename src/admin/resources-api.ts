@@ -13,12 +13,13 @@ import type { RequestContext } from '../server/context.ts';
 import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { readBody } from '../server/body.ts';
 import { sendError, sendJson } from '../server/respond.ts';
-import { GatewayError } from '../api/errors.ts';
+import { GatewayError, quoted } from '../api/errors.ts';
 import { modelTargets, type Config, type ModelConfig } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
 import { isResourceKind, jsonSyntaxProblem, missingProvider, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
+import { redactUrl } from '../config/redact-url.ts';
 
 /** Longest wait, after a write, for this gateway to serve it before answering anyway (`applied: false`). */
 const APPLY_WAIT_MS = 2000;
@@ -37,14 +38,14 @@ export interface ResourcesEnvironment {
 }
 
 const invalid = (message: string, code = 'invalid_resource') => new GatewayError(400, 'invalid_request_error', code, message);
-const notFound = (kind: string, name: string) => new GatewayError(404, 'not_found_error', 'resource_not_found', `no ${kind}/${name}`);
+const notFound = (kind: string, name: string) => new GatewayError(404, 'not_found_error', 'resource_not_found', `no ${kind}/${quoted(name)}`);
 
 /** Routes a path under /config/ (`segments` after "config"); `who` is the admin token's name. */
 export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, segments: string[], who: string): void {
   const method = ctx.req.method ?? '';
   const fail = (error: GatewayError) => sendError(ctx, env.decision, error);
   const [kindText = '', rawName, action, ...rest] = segments;
-  if (!isResourceKind(kindText) || rest.length > 0) return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for /config/${segments.join('/')} (kinds: ${RESOURCE_KINDS.join(', ')})`));
+  if (!isResourceKind(kindText) || rest.length > 0) return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for /config/${quoted(segments.join('/'))} (kinds: ${RESOURCE_KINDS.join(', ')})`));
   const kind = kindText;
   let name: string | undefined;
   try {
@@ -52,7 +53,7 @@ export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, s
   } catch {
     return fail(invalid('the resource name is not valid percent-encoding', 'invalid_name'));
   }
-  const allow = (expected: string) => fail(new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${ctx.req.url?.split('?')[0]}; use ${expected}`, { allow: expected }));
+  const allow = (expected: string) => fail(new GatewayError(405, 'invalid_request_error', 'method_not_allowed', `${method} is not allowed on ${quoted(ctx.req.url?.split('?')[0] ?? '')}; use ${expected}`, { allow: expected }));
   if (method !== 'GET' && method !== 'HEAD' && env.store.readOnly !== undefined) return fail(new GatewayError(409, 'invalid_request_error', 'read_only_source', env.store.readOnly));
   let work: Promise<Answer>;
   if (name === undefined) {
@@ -60,7 +61,7 @@ export function serveResources(env: ResourcesEnvironment, ctx: RequestContext, s
     else if (method === 'POST' && kind === 'keys') work = withBody(ctx, (body) => createKey(env, body, who));
     else return allow(kind === 'keys' ? 'GET, POST' : 'GET');
   } else if (action !== undefined) {
-    if (kind !== 'keys' || action !== 'rotate') return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${ctx.req.url?.split('?')[0]}`));
+    if (kind !== 'keys' || action !== 'rotate') return fail(new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${quoted(ctx.req.url?.split('?')[0] ?? '')}`));
     if (method !== 'POST') return allow('POST');
     work = rotateKey(env, ctx, name, who);
   } else if (method === 'GET') {
@@ -94,10 +95,11 @@ function listAnswer(store: ResourceStore, kind: ResourceKind): Answer {
 
 /**
  * A resource as the API shows it: a provider's key only if it is a `${VAR}` reference, a header
- * whose name looks like a credential's (a provider's, a target's) as "[redacted]", a client key
- * only as its digest. `asWritten`: the stored form is what was written, its `${VAR}`s unresolved
- * (etcd); otherwise (a config file) every value is already the environment's, and every header
- * value is redacted.
+ * whose name looks like a credential's (a provider's, a target's) as "[redacted]", a `base_url`
+ * without its userinfo, query and fragment (redactUrl: a key may be written there, or expanded
+ * there from the environment in a config file), a client key only as its digest. `asWritten`:
+ * the stored form is what was written, its `${VAR}`s unresolved (etcd); otherwise (a config file)
+ * every value is already the environment's, and every header value is redacted.
  */
 export function present(resource: Resource, asWritten = true): Record<string, unknown> {
   const stored = { ...resource.stored };
@@ -107,6 +109,7 @@ export function present(resource: Resource, asWritten = true): Record<string, un
       stored.api_key_set = true;
     }
     stored.headers = redactHeaders(stored.headers, asWritten);
+    if (typeof stored.base_url === 'string') stored.base_url = redactUrl(stored.base_url);
   }
   if (resource.kind === 'models' && Array.isArray(stored.targets)) {
     stored.targets = stored.targets.map((target: unknown) =>
@@ -162,7 +165,7 @@ async function expectedRevision(env: ResourcesEnvironment, ctx: RequestContext, 
  */
 function validate(env: ResourcesEnvironment, kind: ResourceKind, name: string, body: object): Resource | GatewayError {
   const checked = env.store.check(kind, name, body);
-  if (!checked.ok) return invalid(`${kind}/${name}: ${checked.reason}`);
+  if (!checked.ok) return invalid(`${kind}/${quoted(name)}: ${checked.reason}`);
   return fits(env, kind, name, checked.resource) ?? checked.resource;
 }
 
@@ -171,7 +174,7 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
   const { resources_pending: _pending, etcd: _etcd, ...current } = env.current();
   if (resource && kind === 'models') {
     const unknown = missingProvider(resource.value as ModelConfig, new Set(current.providers.map((p) => p.name)));
-    if (unknown !== undefined) return invalid(`${kind}/${name}: ${unknown}`);
+    if (unknown !== undefined) return invalid(`${kind}/${quoted(name)}: ${unknown}`);
   }
   const lists: Record<ResourceKind, unknown[]> = { providers: [...current.providers], models: [...current.models], keys: [...current.keys] };
   const others = lists[kind].filter((item) => typeof item === 'string' || (item as { name: string }).name !== name);
@@ -186,8 +189,19 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
       const users = current.models.filter((m) => modelTargets(m).some((t) => t.provider === name)).map((m) => m.name);
       if (users.length > 0) return new GatewayError(409, 'invalid_request_error', 'resource_in_use', `provider "${name}" is used by models ${users.map((u) => `"${u}"`).join(', ')}: change or delete them first`);
     }
-    return invalid(`${kind}/${name} does not fit the configuration: ${problems}`);
+    return invalid(`${kind}/${quoted(name)} does not fit the configuration: ${problems}`);
   }
+}
+
+/**
+ * A `name` in a PUT's body that is not the one in its URL: refused (400), as etcd refuses a key
+ * whose value names another, rather than stored under the URL's name (which renamed the resource
+ * the body described). Both names are quoted, each capped.
+ */
+function nameMismatch(kind: ResourceKind, name: string, given: unknown): GatewayError | undefined {
+  if (given === undefined || given === name) return undefined;
+  const what = typeof given === 'string' ? `"${quoted(given)}"` : `a ${given === null ? 'null' : Array.isArray(given) ? 'list' : typeof given}, not a name`;
+  return invalid(`the body's name (${what}) is not the one in the URL (${kind}/"${quoted(name)}"): leave it out or make it the same`, 'name_mismatch');
 }
 
 /** A client key is stored as its digest: `{ key }` becomes `{ key_sha256 }`. */
@@ -198,10 +212,12 @@ function hashKey(body: Record<string, unknown>): Record<string, unknown> {
 }
 
 async function put(env: ResourcesEnvironment, ctx: RequestContext, kind: ResourceKind, name: string, body: unknown, who: string): Promise<Answer> {
+  const mismatch = nameMismatch(kind, name, (body as { name?: unknown }).name);
+  if (mismatch) return { error: mismatch };
   if (kind === 'keys') {
     // The key as sent is checked before it becomes a digest: one holding "${" is refused, never stored as the hash of its text.
     const raw = env.store.check(kind, name, { ...(body as object), name });
-    if (!raw.ok) return { error: invalid(`${kind}/${name}: ${raw.reason}`) };
+    if (!raw.ok) return { error: invalid(`${kind}/${quoted(name)}: ${raw.reason}`) };
   }
   const stored = kind === 'keys' ? hashKey(body as Record<string, unknown>) : (body as Record<string, unknown>);
   const checked = validate(env, kind, name, { ...stored, name });

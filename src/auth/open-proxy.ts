@@ -4,6 +4,9 @@
 // turned off); a reload that leaves it as it was says nothing more.
 import { isLoopback, parseAddress, requiresClientKey, type Config } from '../config/schema.ts';
 
+/** Why a gateway that requires a key and has none serves nothing: its `ready` line, its readiness check, `sluice validate`. */
+export const NO_CLIENT_KEYS = 'auth.require_key is on and no client key exists: every proxy request gets 401 no_client_keys';
+
 export interface OpenListener {
   readonly name: string;
   /** As configured (`0.0.0.0:8080`). */
@@ -16,6 +19,11 @@ export function openProxyListeners(config: Config): OpenListener[] {
   return config.listeners
     .filter((l) => l.role === 'proxy' && !isLoopback(parseAddress(l.address)?.host ?? ''))
     .map((l) => ({ name: l.name, address: l.address }));
+}
+
+/** What is said of an open listener: the `proxy_open` warning at start, and `sluice validate`'s. */
+export function openProxyMessage(listener: OpenListener): string {
+  return `proxy listener "${listener.name}" on ${listener.address} needs no client key: anyone who can reach it can use every configured provider (add keys, or set auth.require_key: true)`;
 }
 
 /** Calls `warn` for each open listener of a config that was not open in the config before it. */

@@ -4,7 +4,7 @@
 // queries across the group, and holds the supervisor's drain open while any worker lives.
 import type { LimitStore } from '../limits/store.ts';
 import cluster, { type Worker } from 'node:cluster';
-import type { Config } from '../config/schema.ts';
+import { MAX_DURATION_SECS, type Config } from '../config/schema.ts';
 import type { LifecycleCommand } from '../lifecycle/contracts.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { SocketProvider } from '../server/sockets.ts';
@@ -51,7 +51,8 @@ export interface ReloadProblem {
  */
 function startTimeoutMs(): number {
   const secs = Number(process.env.SLUICE_WORKER_START_TIMEOUT_SECS);
-  return secs > 0 ? secs * 1000 : 60_000;
+  // Bounded as the config's durations are (a longer timer would fire at once).
+  return secs > 0 ? Math.min(secs, MAX_DURATION_SECS) * 1000 : 60_000;
 }
 /** Restart delays after a worker dies while serving: doubling from the first, up to the last. */
 const RESTART_DELAY_MS = { first: 500, max: 30_000 };

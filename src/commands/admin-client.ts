@@ -2,6 +2,7 @@
 // `get`): where the API is, which token to send, and one request with a deadline.
 import type { Config } from '../config/schema.ts';
 import { parseAddress } from '../config/schema.ts';
+import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
 
 /** The admin API's URL: given, or the config's first admin listener (a wildcard host is asked on loopback). */
 export function adminUrl(config: Config, given: string | undefined): string | undefined {
@@ -29,7 +30,8 @@ export interface AdminAnswer {
 /** The admin API could not be asked at all (refused, timed out, a bad URL): nothing was answered. */
 export class AdminUnreachable extends Error {
   constructor(base: string, reason: string) {
-    super(`cannot reach the admin API at ${base}: ${reason}`);
+    // A URL given with a user or password (which fetch refuses) is not printed with them.
+    super(`cannot reach the admin API at ${redactUrl(base)}: ${redactUrlsIn(reason)}`);
     this.name = 'AdminUnreachable';
   }
 }

@@ -22,6 +22,7 @@ import { isResourceKind, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFER
 import { interpolate, type MissingVariable } from '../config/interpolate.ts';
 import { isSecretField, KEY_WITH_VARIABLE } from '../config/resource-variables.ts';
 import { formatPath } from '../config/load.ts';
+import { redactUrl } from '../config/redact-url.ts';
 import { escapeControls, hasControl, printable } from './terminal-text.ts';
 import { AdminUnreachable, adminRequest, adminToken, adminUrl, errorCode, errorMessage, type AdminAnswer } from './admin-client.ts';
 
@@ -178,6 +179,8 @@ function headerMaps(kind: ResourceKind, body: Record<string, unknown>): { at: st
 function redactedFields(kind: ResourceKind, body: Record<string, unknown>): string[] {
   const found: string[] = [];
   if (kind === 'providers' && body.api_key === REDACTED) found.push('api_key');
+  // `sluice get` shows a base_url's userinfo, query and fragment as "[redacted]" (redact-url.ts).
+  if (kind === 'providers' && typeof body.base_url === 'string' && body.base_url.includes(REDACTED)) found.push('base_url');
   for (const { at, headers } of headerMaps(kind, body)) for (const [header, value] of Object.entries(headers)) if (value === REDACTED) found.push(`${at}.${header}`);
   return found;
 }
@@ -190,7 +193,7 @@ export async function applyResources(config: Config, options: ApplyOptions, io: 
   if (!options.file) return fail('name the file to apply with -f FILE (a YAML file with providers:, models: and keys: lists)', USAGE);
   const base = adminUrl(config, options.admin);
   if (!base) return fail('no admin listener in the config: name one with --admin URL');
-  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${base})`, USAGE);
+  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${redactUrl(base)})`, USAGE);
   const read = readApplyFile(options.file, options.env);
   if (!read.ok) {
     for (const problem of read.problems) io.err(printable(`sluice apply: ${problem}`));
@@ -353,7 +356,7 @@ export async function getResources(config: Config, options: GetOptions, io: Outp
   if (output !== undefined && output !== 'json' && output !== 'yaml') return fail(`unknown output format "${output}": -o takes json or yaml (default: a table)`, USAGE);
   const base = adminUrl(config, options.admin);
   if (!base) return fail('no admin listener in the config: name one with --admin URL');
-  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${base})`, USAGE);
+  if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${redactUrl(base)})`, USAGE);
   const token = adminToken(config, options.token);
   const path = options.name === undefined ? `/config/${kind}` : `/config/${kind}/${encodeURIComponent(options.name)}`;
   let answer: AdminAnswer;

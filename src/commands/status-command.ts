@@ -3,6 +3,7 @@
 // per change that matters (state, readiness, each moment of a drain, the drain's progress every
 // few seconds). It exits 0 when the gateway exits (`exited`), 1 when it cannot follow it.
 import type { Config } from '../config/schema.ts';
+import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
 import type { DrainMoment } from '../lifecycle/contracts.ts';
 import type { ExitedEvent, StatusSnapshot } from '../admin/status-snapshot.ts';
 import { adminToken, adminUrl, reasonOf } from './admin-client.ts';
@@ -55,7 +56,7 @@ export async function followStatus(config: Config, options: StatusOptions, out: 
   try {
     res = await fetch(`${base}/status/events`, { headers: { accept: 'text/event-stream', ...(token ? { authorization: `Bearer ${token}` } : {}) }, signal: abort.signal });
   } catch (error) {
-    err(`sluice status: cannot reach the admin API at ${base}: ${abort.signal.aborted ? `no answer within ${CONNECT_TIMEOUT_MS / 1000} s` : reasonOf(error)}\n`);
+    err(`sluice status: cannot reach the admin API at ${redactUrl(base)}: ${abort.signal.aborted ? `no answer within ${CONNECT_TIMEOUT_MS / 1000} s` : redactUrlsIn(reasonOf(error))}\n`);
     return 1;
   } finally {
     clearTimeout(deadline);

@@ -7,6 +7,7 @@
 // (`etcd_connected`); /server_info (`config_source`), the status stream and page, and
 // `sluice_etcd_connected` show it.
 import type { Logger } from '../telemetry/logger.ts';
+import { redactUrlsIn } from './redact-url.ts';
 
 /** What /server_info and the status stream show of it. */
 export interface FollowingInfo {
@@ -107,9 +108,9 @@ export class EtcdFollowing {
     this.#timer = undefined;
   }
 
-  /** The error's message, cut, with any secret taken out. */
+  /** The error's message, cut, with any secret taken out (and any URL it quotes redacted). */
   #describe(error: unknown): string {
-    let text = (error instanceof Error ? error.message : String(error)) || 'unknown error';
+    let text = redactUrlsIn((error instanceof Error ? error.message : String(error)) || 'unknown error');
     for (const secret of this.#options.secrets) if (secret !== '') text = text.split(secret).join('[redacted]');
     return text.length > ERROR_CHARS ? `${text.slice(0, ERROR_CHARS)}…` : text;
   }

@@ -17,6 +17,7 @@ import type { SnapshotCache } from './snapshot.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from './store.ts';
 import { EtcdConnection, isRefusal, isTokenRefusal, type EtcdSettings } from './etcd-client.ts';
 import { EtcdFollowing, type FollowingInfo } from './etcd-following.ts';
+import { redactUrl, redactUrlsIn } from './redact-url.ts';
 
 export type { EtcdSettings } from './etcd-client.ts';
 
@@ -86,16 +87,19 @@ export class EtcdSource implements ConfigSource, ResourceStore {
   #wake: (() => void) | undefined;
   /** What a resource may read of this process's environment: the variables `etcd.allowed_env` lists (read at start), in secret-bearing fields. */
   readonly #variables: ResourceVariables;
+  /** The endpoints as they are logged and shown (the source's name, `resources_pending`): never a URL's userinfo or query. */
+  readonly #shownEndpoints: readonly string[];
 
   constructor(options: EtcdSourceOptions) {
     this.#options = options;
     this.#settings = options.settings;
     this.#variables = { env: options.env ?? process.env, allowed: new Set(options.settings.allowed_env) };
-    this.name = `${options.bootstrap.name} + etcd ${options.settings.endpoints.join(',')} ${options.settings.prefix}`;
+    this.#shownEndpoints = options.settings.endpoints.map(redactUrl);
+    this.name = `${options.bootstrap.name} + etcd ${this.#shownEndpoints.join(',')} ${options.settings.prefix}`;
     this.#etcd = new EtcdConnection(options.settings);
     this.#following = new EtcdFollowing({
       log: options.log,
-      endpoints: options.settings.endpoints,
+      endpoints: this.#shownEndpoints,
       secrets: [options.settings.password ?? ''],
       serving: () => ({ revision: this.#servedRevision, loaded: this.#loaded }),
     });
@@ -142,7 +146,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
       this.#options.log.warn({ event: 'config_reload_partial', setting: 'etcd', reason: 'read at start' }, 'the etcd settings are read at start: this change applies when the gateway is restarted');
     }
     if (!this.#loaded) {
-      return { ...bootstrap, resources_pending: `waiting for etcd (${this.#settings.endpoints.join(', ')}); there is no snapshot cache to start from` };
+      return { ...bootstrap, resources_pending: `waiting for etcd (${this.#shownEndpoints.join(', ')}); there is no snapshot cache to start from` };
     }
     const { config, rejected } = this.#resources.compose(bootstrap, this.name);
     this.#revisionOf.set(config, this.#resources.revision);
@@ -404,7 +408,7 @@ export class EtcdSource implements ConfigSource, ResourceStore {
 }
 
 function unavailable(error: unknown): ResourceStoreError {
-  return new ResourceStoreError(503, 'etcd_unavailable', `etcd did not answer (${(error as Error).message}); nothing was written`);
+  return new ResourceStoreError(503, 'etcd_unavailable', `etcd did not answer (${redactUrlsIn((error as Error).message)}); nothing was written`);
 }
 
 /** The revision a failed compare found (from the transaction's `else` read; 0: absent). */

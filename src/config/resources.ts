@@ -15,7 +15,7 @@ const SCHEMAS = { providers: providerSchema, models: modelSchema, keys: namedKey
 export const VARIABLE_REFERENCE = /^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$/;
 /** ...and a header's value only when its name does not look like a credential's (else "[redacted]"). */
 export const SECRET_HEADER = /auth|key|token|secret|cookie|password/i;
-export const REDACTED = '[redacted]';
+export { REDACTED } from './redact-url.ts';
 
 export function isResourceKind(text: string): text is ResourceKind {
   return (RESOURCE_KINDS as readonly string[]).includes(text);

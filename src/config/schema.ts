@@ -35,6 +35,22 @@ const fromText = (value: unknown): unknown => {
 };
 const fromEnv = <T extends z.ZodType>(schema: T) => z.preprocess(fromText, schema);
 
+/**
+ * The longest any duration setting may be: 24 days. A Node.js timer waits at most 2^31-1 ms (24.8
+ * days); a longer one fires after 1 ms (with a TimeoutOverflowWarning), so `timeout_ms: 3000000000`
+ * made every attempt time out at once. The margin covers what Node adds to some of them (a
+ * keep-alive socket's timeout is idle_timeout_secs and one more second).
+ */
+export const MAX_DURATION_SECS = 24 * 24 * 60 * 60;
+export const MAX_DURATION_MS = MAX_DURATION_SECS * 1000;
+const TOO_LONG_MS = `expected at most ${MAX_DURATION_MS} milliseconds (24 days: no timer waits longer)`;
+const TOO_LONG_SECS = `expected at most ${MAX_DURATION_SECS} seconds (24 days: no timer waits longer)`;
+/** Every duration of the config is one of these four: each is bounded, so that no timer it sets can overflow. */
+const milliseconds = fromEnv(z.number().int().nonnegative('expected milliseconds >= 0').max(MAX_DURATION_MS, TOO_LONG_MS));
+const positiveMilliseconds = fromEnv(z.number().int().positive('expected milliseconds > 0').max(MAX_DURATION_MS, TOO_LONG_MS));
+const seconds = fromEnv(z.number().nonnegative('expected a number of seconds >= 0').max(MAX_DURATION_SECS, TOO_LONG_SECS));
+const positiveSeconds = fromEnv(z.number().positive('expected a number of seconds > 0').max(MAX_DURATION_SECS, TOO_LONG_SECS));
+
 const name = z
   .string()
   .regex(/^[A-Za-z0-9][A-Za-z0-9_.-]*$/, 'expected a name of letters, digits, "_", "." or "-"');
@@ -46,7 +62,7 @@ const tls = z.strictObject({
   /** PEM CA bundle: when set, clients must present a certificate it signed (mutual TLS). */
   client_ca_file: z.string().min(1).optional(),
   /** A connection that has not finished its TLS handshake by then is closed. */
-  handshake_timeout_secs: fromEnv(z.number().positive()).default(10),
+  handshake_timeout_secs: positiveSeconds.default(10),
 });
 
 const listener = z.strictObject({
@@ -94,8 +110,6 @@ export type FailureClass = (typeof FAILURE_CLASSES)[number];
 const failure = z.union([z.enum(FAILURE_CLASSES), z.number().int().min(400).max(599)], {
   error: `expected one of ${FAILURE_CLASSES.join(', ')}, or an HTTP status from 400 to 599`,
 });
-
-const milliseconds = fromEnv(z.number().int().nonnegative('expected milliseconds >= 0'));
 
 /** One place a route sends requests: a provider and the model name it is asked for. */
 export const targetSchema = z.strictObject({
@@ -236,15 +250,13 @@ const hashedKey = z.strictObject({
 export const namedKeySchema = z.union([rawKey, hashedKey]);
 const clientKey = z.union([keyText, rawKey, hashedKey]);
 
-const seconds = fromEnv(z.number().nonnegative('expected a number of seconds >= 0'));
-
 const shutdown = z.strictObject({
   /** L2: the listeners keep accepting for at least this long after the signal. */
   min_drain_secs: seconds.default(30),
   /** L8: optional backstop; 0 means the drain has no deadline of its own. */
   max_drain_secs: seconds.default(0),
   /** O1: how often "still draining" is logged. */
-  progress_log_secs: fromEnv(z.number().positive()).default(5),
+  progress_log_secs: positiveSeconds.default(5),
   /** E1: `immediate` retires every connection from the start; `gradual` with a rising probability. */
   drain_strategy: z.enum(['immediate', 'gradual']).default('immediate'),
   /** E1/E2/E4: the time a drain is spread over (admin graceful drains keep accepting this long). Default: min_drain_secs. */
@@ -255,12 +267,23 @@ const shutdown = z.strictObject({
    */
   reset_upgraded_on_proactive_drain: fromEnv(z.boolean()).default(false),
   /** E7: an old generation still draining this long after a hot restart is ended (L8 error events). */
-  parent_shutdown_secs: fromEnv(z.number().positive()).default(900),
+  parent_shutdown_secs: positiveSeconds.default(900),
 });
 
+/**
+ * An etcd client URL: a scheme, a host and a port. etcd's gRPC client reads nothing else of it: a
+ * `user:password@` made every connection fail with the password quoted in the error (and so in the
+ * logs, /server_info and the status page); credentials have their own keys.
+ */
+const etcdEndpoint = z
+  .url({ protocol: /^https?$/, error: 'expected an etcd client URL such as http://127.0.0.1:2379' })
+  .refine((text) => !/^[^:]+:\/\/[^/?#]*@|[?#]/.test(text), {
+    error: 'expected only a scheme, a host and a port (http://127.0.0.1:2379): etcd\'s client reads no user, password or query from an endpoint; write them in etcd.username and etcd.password',
+  });
+
 const etcd = z.strictObject({
-  /** etcd v3 client URLs (http:// or https://). */
-  endpoints: z.array(z.url({ protocol: /^https?$/, error: 'expected an etcd client URL such as http://127.0.0.1:2379' })).min(1, 'expected at least one etcd endpoint'),
+  /** etcd v3 client URLs (http:// or https://): scheme, host and port. */
+  endpoints: z.array(etcdEndpoint).min(1, 'expected at least one etcd endpoint'),
   /** Every resource lives under this key prefix, one key per resource: <prefix>providers/<name>. */
   prefix: z.string().min(1).regex(/\/$/, 'expected a prefix ending in "/" (for example /sluice/)').default('/sluice/'),
   username: z.string().min(1).optional(),
@@ -273,9 +296,9 @@ const etcd = z.strictObject({
     })
     .optional(),
   /** A request to etcd (a read, a write of the admin API) not answered by then fails. */
-  request_timeout_ms: fromEnv(z.number().int().positive()).default(5000),
+  request_timeout_ms: positiveMilliseconds.default(5000),
   /** Connecting to an endpoint is given this long. */
-  dial_timeout_ms: fromEnv(z.number().int().positive()).default(3000),
+  dial_timeout_ms: positiveMilliseconds.default(3000),
   /**
    * The environment variables a resource may read with `${VAR}`, and only in a provider's
    * `api_key` and header values and a target's header values (resource-variables.ts). Default
@@ -313,7 +336,7 @@ const tracing = z.strictObject({
   /** `service.name` of every span. Unset: OTEL_SERVICE_NAME, else "sluice". */
   service_name: z.string().min(1).optional(),
   /** L9: at the exit, the spans not yet exported get at most this long; the rest are counted as lost. */
-  flush_timeout_ms: fromEnv(z.number().int().positive()).default(2000),
+  flush_timeout_ms: positiveMilliseconds.default(2000),
 });
 export type TracingConfig = z.infer<typeof tracing>;
 
@@ -332,7 +355,7 @@ const hotRestart = z.strictObject({
    */
   enabled: fromEnv(z.boolean()).default(false),
   /** E7: a new generation not ready this long after it was started is stopped; the old one keeps serving. */
-  start_timeout_secs: fromEnv(z.number().positive()).default(60),
+  start_timeout_secs: positiveSeconds.default(60),
 });
 
 const downstream = z.strictObject({
@@ -342,7 +365,7 @@ const downstream = z.strictObject({
   fresh_connection_grace_secs: seconds.default(10),
   request_body_limit_bytes: fromEnv(z.number().int().positive()).default(10 * 1024 * 1024),
   /** Time allowed for a client to send complete request headers (slowloris protection). */
-  headers_timeout_secs: fromEnv(z.number().positive()).default(30),
+  headers_timeout_secs: positiveSeconds.default(30),
   /** Time allowed for a client to send a complete request body. */
   request_timeout_secs: seconds.default(300),
   /** E2/E6: a connection told to go (proactive drain, listener changed) gets this long before it is closed if idle. */
@@ -352,9 +375,9 @@ const downstream = z.strictObject({
 });
 
 const upstream = z.strictObject({
-  connect_timeout_ms: fromEnv(z.number().int().positive()).default(5000),
+  connect_timeout_ms: positiveMilliseconds.default(5000),
   /** Longest wait for response headers, and longest silence between body chunks. */
-  timeout_ms: fromEnv(z.number().int().positive()).default(600_000),
+  timeout_ms: positiveMilliseconds.default(600_000),
   /** Keep-alive connections per provider origin (0 = unlimited). */
   max_connections: fromEnv(z.number().int().nonnegative()).default(0),
 });
@@ -363,8 +386,8 @@ const routing = z.strictObject({
   /** A target that fails this many attempts in a row is left out for a cooldown; 0: never. */
   cooldown_failures: fromEnv(z.number().int().nonnegative()).default(3),
   /** The cooldown; a longer `Retry-After` from the target (up to cooldown_max_secs) wins. */
-  cooldown_secs: fromEnv(z.number().positive()).default(30),
-  cooldown_max_secs: fromEnv(z.number().positive()).default(300),
+  cooldown_secs: positiveSeconds.default(30),
+  cooldown_max_secs: positiveSeconds.default(300),
   /**
    * Retry budget (as Envoy's): retries and fallbacks in progress may not exceed this percentage
    * of the requests in progress, or min_retry_concurrency, whichever is larger.
@@ -379,8 +402,8 @@ const redis = z.strictObject({
   /** Every key Sluice writes starts with this. */
   key_prefix: z.string().default('sluice:'),
   /** A command not answered by then fails (and on_store_error decides). */
-  command_timeout_ms: fromEnv(z.number().int().positive()).default(250),
-  connect_timeout_ms: fromEnv(z.number().int().positive()).default(2000),
+  command_timeout_ms: positiveMilliseconds.default(250),
+  connect_timeout_ms: positiveMilliseconds.default(2000),
 });
 
 const limits = z.strictObject({
@@ -390,14 +413,14 @@ const limits = z.strictObject({
   /** When the store cannot be reached: `open` lets requests through uncounted, `closed` refuses them (503). Logged and counted either way. */
   on_store_error: z.enum(['open', 'closed']).default('open'),
   /** A request's place in a concurrency limit is a lease renewed while it runs: a process killed mid-request gives it back after this long. */
-  lease_secs: fromEnv(z.number().positive()).default(30),
+  lease_secs: positiveSeconds.default(30),
   /** Completion tokens reserved for a request that sets no max_tokens (settled with the real usage when it ends). */
   estimate_output_tokens: fromEnv(z.number().int().nonnegative()).default(500),
   /**
    * A client that leaves mid-answer: the answer is read on (and thrown away) this long at most, so
    * that its usage is the provider's; then, or at 0, it is stopped and its usage estimated.
    */
-  read_after_disconnect_secs: fromEnv(z.number().nonnegative()).default(30),
+  read_after_disconnect_secs: seconds.default(30),
   /** Limits on the whole gateway (every instance sharing the store). */
   global: rateLimitsSchema.optional(),
   /** Limits per model, by the configured model entry's name, across every key. */

@@ -4,18 +4,15 @@
 // upstream is built from the checked values alone: a repeated parameter (compared once decoded, so
 // `model=a&mod%65l=b` repeats), a `call_id` (a call's model cannot be checked against the key) or
 // any other name is refused with a 400 naming it, never passed on.
-import { errors, type GatewayError } from '../api/errors.ts';
+import { errors, quoted, type GatewayError } from '../api/errors.ts';
 
 export type RealtimeQuery = { ok: true; model: string; intent: string | undefined } | { ok: false; error: GatewayError };
 
 const INTENTS: ReadonlySet<string> = new Set(['realtime', 'transcription']);
-/** A parameter name is quoted in an error up to this many characters. */
-const NAME_SHOWN = 64;
 
 function refused(name: string, detail: string): RealtimeQuery {
-  const shown = name.length > NAME_SHOWN ? `${name.slice(0, NAME_SHOWN)}…` : name;
-  const error = errors.invalidParameter(shown, detail);
-  error.param = shown;
+  const error = errors.invalidParameter(name, detail);
+  error.param = quoted(name);
   return { ok: false, error };
 }
 

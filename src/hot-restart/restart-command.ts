@@ -1,6 +1,7 @@
 // `sluice restart`: asks the running gateway's admin API for a hot restart (E7), then follows
 // /server_info until the new generation serves or the restart has failed, and says which.
 import type { Config } from '../config/schema.ts';
+import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
 import { adminUrl } from '../commands/admin-client.ts';
 
 interface Info {
@@ -28,7 +29,7 @@ export async function requestRestart(config: Config, options: { admin: string | 
   try {
     before = await info();
   } catch (error) {
-    return fail(`cannot reach the admin API at ${base}: ${(error as Error).message}`);
+    return fail(`cannot reach the admin API at ${redactUrl(base)}: ${redactUrlsIn((error as Error).message)}`);
   }
   const from = before.hot_restart?.generation;
   if (from === undefined) return fail('hot restart is not enabled in the running gateway (hot_restart.enabled: true, read at start)');

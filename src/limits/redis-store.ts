@@ -21,16 +21,6 @@ interface Scripts {
 
 const KINDS: readonly LimitKind[] = ['requests', 'requests', 'tokens', 'concurrent', 'budget'];
 
-/** Where the Redis is, for logs: never the URL itself, which may carry a password. */
-export function redisEndpoint(url: string): string {
-  try {
-    const parsed = new URL(url);
-    return `${parsed.protocol}//${parsed.host}`;
-  } catch {
-    return 'redis';
-  }
-}
-
 export class RedisStore implements LimitStore {
   readonly kind = 'redis';
   readonly #redis: Redis & Scripts;

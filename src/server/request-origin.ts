@@ -4,6 +4,7 @@
 // (admin/request-guard.ts) and an open proxy's (gateway/open-proxy-guard.ts).
 import { BlockList, isIP } from 'node:net';
 import type { IncomingMessage } from 'node:http';
+import { quoted } from '../api/errors.ts';
 import { isHttp2Request } from './context.ts';
 
 /** The longest header value an error quotes (then "…" and the length). */
@@ -89,8 +90,7 @@ export function originHost(origin: string): string | undefined {
 
 /** A header value to quote in an error: JSON-escaped, at most QUOTED_CHARS characters of it. */
 export function quote(value: string): string {
-  if (value.length <= QUOTED_CHARS) return JSON.stringify(value);
-  return `${JSON.stringify(value.slice(0, QUOTED_CHARS))}… (${value.length} characters)`;
+  return JSON.stringify(quoted(value, QUOTED_CHARS));
 }
 
 /**

@@ -2,15 +2,14 @@
 // length, with its original length beside it: a 5 MB model name must not become a 5 MB log line.
 // A string within the bound costs one length comparison.
 
-/** Characters of a client-supplied string kept in a log line. */
-export const LOG_VALUE_MAX = 256;
+import { cutText, QUOTED_MAX } from '../api/errors.ts';
+
+/** Characters of a client-supplied string kept in a log line: as many as an error answer quotes. */
+export const LOG_VALUE_MAX = QUOTED_MAX;
 
 /** `value` cut to LOG_VALUE_MAX characters, ending in "…", never inside a surrogate pair. */
 export function cutForLog(value: string): string {
-  let end = LOG_VALUE_MAX;
-  const last = value.charCodeAt(end - 1);
-  if (last >= 0xd800 && last <= 0xdbff) end--;
-  return `${value.slice(0, end)}…`;
+  return `${cutText(value, LOG_VALUE_MAX)}…`;
 }
 
 /**

@@ -36,7 +36,8 @@ import type { TracingConfig } from '../config/schema.ts';
 import type { LifecycleLog } from '../lifecycle/contracts.ts';
 import type { Logger } from './logger.ts';
 import type { FinishedRequest } from './access-log.ts';
-import { loggableEndpoint, type AttemptStart, type AttemptTrace, type RequestStart, type RequestTrace, type Tracing, type TracingTarget } from './tracing.ts';
+import type { AttemptStart, AttemptTrace, RequestStart, RequestTrace, Tracing, TracingTarget } from './tracing.ts';
+import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
 import { MAX_TRACESTATE, formatTraceparent, parseTraceparent } from './trace-context.ts';
 
 /** GenAI semantic conventions (development status, so not in the stable entry point of the package). */
@@ -182,7 +183,7 @@ export class OtelTracing implements Tracing {
   constructor(config: TracingConfig, target: TracingTarget, logger: Logger, version: string, exporter?: SpanExporter) {
     this.#config = config;
     this.#logger = logger;
-    this.#endpoint = loggableEndpoint(target.endpoint);
+    this.#endpoint = redactUrl(target.endpoint);
     const otlp = exporter ?? new OTLPTraceExporter({ url: target.endpoint, headers: { ...config.headers }, timeoutMillis: EXPORT_TIMEOUT_MS });
     this.#exporter = new CountingExporter(otlp, (spans, error) => this.#exportFailed(spans, error));
     // Queue and batch sizes, and the delay between exports, are the SDK's (OTEL_BSP_* may set them).
@@ -352,7 +353,7 @@ export class OtelTracing implements Tracing {
     this.#lastFailureLog = now;
     const failed = this.#failedSinceLog;
     this.#failedSinceLog = 0;
-    const reason = error?.message ?? 'unknown';
+    const reason = redactUrlsIn(error?.message ?? 'unknown');
     this.#logger.warn(
       { event: 'traces_export_failed', endpoint: this.#endpoint, spans: failed, reason },
       `could not export ${failed} spans to ${this.#endpoint}: ${reason} (said at most once a minute; requests are not affected)`,

@@ -93,16 +93,6 @@ export function tracingTarget(config: TracingConfig, env: NodeJS.ProcessEnv): Tr
   return { endpoint, serviceName: config.service_name ?? (env.OTEL_SERVICE_NAME || undefined) ?? 'sluice' };
 }
 
-/** An endpoint as it may be logged: no user or password, no query. */
-export function loggableEndpoint(endpoint: string): string {
-  try {
-    const url = new URL(endpoint);
-    return `${url.protocol}//${url.host}${url.pathname}`;
-  } catch {
-    return '(not a URL)';
-  }
-}
-
 /**
  * The process's tracer: undefined when tracing is off, and then the SDK is never loaded. Only a
  * process that serves requests traces (one process, or each worker with its own exporter; a

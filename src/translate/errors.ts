@@ -2,6 +2,7 @@
 // Anthropic: {type: "error", error: {type, message}}. The SDKs choose their exception class by the
 // HTTP status, which is kept; the type is mapped so code that reads it sees the caller's names.
 import type { Json } from './types.ts';
+import { MESSAGE_MAX, quoted } from '../api/errors.ts';
 
 /** Anthropic's error type for an HTTP status (its API reference, "Errors"). */
 export function anthropicTypeFor(status: number): string {
@@ -25,10 +26,11 @@ export function openaiTypeFor(status: number): string {
   return status >= 500 ? 'server_error' : 'invalid_request_error';
 }
 
+/** The upstream's message, bounded: a provider may quote the whole of what the client sent (a 5 MB model name). */
 function messageOf(body: unknown, status: number): string {
   const error = (body as { error?: unknown } | null | undefined)?.error;
-  if (error !== null && typeof error === 'object' && typeof (error as Json).message === 'string') return (error as Json).message as string;
-  if (typeof error === 'string') return error;
+  if (error !== null && typeof error === 'object' && typeof (error as Json).message === 'string') return quoted((error as Json).message as string, MESSAGE_MAX);
+  if (typeof error === 'string') return quoted(error, MESSAGE_MAX);
   return `provider answered HTTP ${status}`;
 }
 
@@ -36,7 +38,7 @@ function messageOf(body: unknown, status: number): string {
 export function toOpenAIError(status: number, body: unknown): Json {
   const error = (body as { error?: Json } | null | undefined)?.error;
   const type = typeof error?.type === 'string' ? error.type : undefined;
-  return { error: { message: messageOf(body, status), type: openaiTypeFor(status), code: type ?? null, param: null } };
+  return { error: { message: messageOf(body, status), type: openaiTypeFor(status), code: type === undefined ? null : quoted(type), param: null } };
 }
 
 /** An OpenAI error answer (or anything) as Anthropic's error body. */

@@ -127,7 +127,7 @@ describe('the secret canary', { skip }, () => {
           const res = await admin('PUT', `/config/${kind}/${name}`, withValueAt(baseOf(kind, path), path, form.text));
           const where = `PUT ${kind}/${name} ${path.join('.')} = ${form.text}`;
           const accepted = res.status === 200 || res.status === 201;
-          // A name in the body is replaced by the one in the URL (what is stored): nothing to refuse.
+          // A name in the body that is not the URL's is refused as such (name_mismatch), whatever it holds.
           if (path[0] === 'name') continue;
           if (secretBearing(kind, path) && form.expands) {
             if (!accepted) wronglyRefused.push(`${where}: ${res.status} ${res.body}`);

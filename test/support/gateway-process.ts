@@ -109,6 +109,13 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
   });
   let hasExited = false;
   void exited.then(() => (hasExited = true));
+  // Its output ends after its exit (the last lines may follow the 'exit' event): a waitForLog still
+  // waiting then gives up at once, rather than at its deadline with its timer holding the test.
+  let outputEnded = false;
+  child.once('close', () => {
+    outputEnded = true;
+    for (const wake of waiters) wake();
+  });
 
   const waitForLog = (predicate: (line: LogLine) => boolean, timeoutMs = 10_000): Promise<LogLine> =>
     new Promise((resolvePromise, reject) => {
@@ -121,7 +128,7 @@ export async function startGateway(options: GatewayOptions = {}): Promise<Gatewa
             return;
           }
         }
-        if (hasExited) {
+        if (hasExited || outputEnded) {
           cleanup();
           reject(new Error(`gateway exited before the expected log line.\nstdout:\n${out}\nstderr:\n${err}`));
         }

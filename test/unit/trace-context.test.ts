@@ -3,7 +3,8 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { formatTraceparent, parseTraceparent } from '../../src/telemetry/trace-context.ts';
-import { DEFAULT_TRACES_ENDPOINT, loggableEndpoint, tracingTarget } from '../../src/telemetry/tracing.ts';
+import { DEFAULT_TRACES_ENDPOINT, tracingTarget } from '../../src/telemetry/tracing.ts';
+import { redactUrl } from '../../src/config/redact-url.ts';
 
 const TRACE = '4bf92f3577b34da6a3ce929d0e0e4736';
 const SPAN = '00f067aa0ba902b7';
@@ -75,6 +76,6 @@ describe('tracingTarget', () => {
   });
 
   test('an endpoint is logged without its user, password or query', () => {
-    assert.equal(loggableEndpoint('https://user:secret@collector:4318/v1/traces?token=abc'), 'https://collector:4318/v1/traces');
+    assert.equal(redactUrl('https://user:secret@collector:4318/v1/traces?token=abc'), 'https://[redacted]@collector:4318/v1/traces?[redacted]');
   });
 });
