@@ -16,93 +16,32 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { hash } from 'node:crypto';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { eventually, startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
-import { chromiumCheck, launchChromium, type Chromium } from '../support/chromium.ts';
+import { chromiumCheck } from '../support/chromium.ts';
+import { hostilePage, openHostilePages, pageTries, type HostilePages, type PageResults } from '../support/hostile-pages.ts';
 import { etcdCheck, startEtcd, type EtcdServer } from '../support/etcd.ts';
 
 const browser = chromiumCheck();
 const REBIND_HOST = 'rebind.evil.example';
 const sha256 = (text: string) => hash('sha256', text, 'base64');
 
-let chromium: Chromium;
-/** Serves the page of another origin, on a port of its own. */
-let pages: Server;
-let pagesOrigin: string;
-/** The page each test serves next: set before each visit. */
-let attack = '';
+let pages: HostilePages;
 
 before(async () => {
   if (browser.skip) return;
-  chromium = await launchChromium({
-    args: [
-      `--host-resolver-rules=MAP ${REBIND_HOST} 127.0.0.1`,
-      // Chromium's own Local Network Access checks may hold back a request to loopback; other
-      // browsers have none: the gateway must stand alone.
-      '--disable-features=LocalNetworkAccessChecks,PrivateNetworkAccessRespectPreflightResults,BlockInsecurePrivateNetworkRequests',
-    ],
-  });
-  pages = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' }).end(attack));
-  await new Promise<void>((resolve) => pages.listen(0, '127.0.0.1', resolve));
-  pagesOrigin = `http://127.0.0.1:${(pages.address() as AddressInfo).port}`;
+  // The page of another origin: another port of 127.0.0.1, the same site as the admin listener.
+  pages = await openHostilePages({ pageHost: '127.0.0.1', resolve: [REBIND_HOST] });
 });
 
 after(async () => {
-  await chromium?.close();
-  await new Promise((resolve) => (pages ? pages.close(resolve) : resolve(undefined)));
+  await pages?.close();
 });
 
 /** What a hostile page tries, in order: the reads, then the writes, the drain last (it would end the process). */
 function attackPage(adminOrigin: string, options: { keys: boolean; sameOrigin: boolean }): string {
-  const script = `
-const admin = ${JSON.stringify(adminOrigin)};
+  const script = `${pageTries(adminOrigin)}
 const KEYS = ${options.keys};
 const SAME_ORIGIN = ${options.sameOrigin};
-const results = {};
-async function fetchTry(name, path, init) {
-  try {
-    const res = await fetch(admin + path, init);
-    let body = null;
-    if (res.type !== 'opaque') body = await res.text();
-    results[name] = { type: res.type, status: res.status, body };
-  } catch (error) {
-    results[name] = { error: String(error) };
-  }
-}
-function imageTry(name, path) {
-  return new Promise((resolve) => {
-    const img = new Image();
-    img.onload = () => { results[name] = 'load'; resolve(); };
-    img.onerror = () => { results[name] = 'error'; resolve(); };
-    img.src = admin + path;
-  });
-}
-function formTry(name, path, enctype, fields) {
-  return new Promise((resolve) => {
-    const frame = document.createElement('iframe');
-    frame.name = name;
-    document.body.append(frame);
-    const form = document.createElement('form');
-    form.method = 'POST';
-    form.action = admin + path;
-    form.enctype = enctype;
-    form.target = name;
-    for (const [key, value] of Object.entries(fields)) {
-      const input = document.createElement('input');
-      input.type = 'hidden';
-      input.name = key;
-      input.value = value;
-      form.append(input);
-    }
-    document.body.append(form);
-    let done = false;
-    const finish = (how) => { if (!done) { done = true; results[name] = how; resolve(); } };
-    frame.addEventListener('load', () => finish('loaded'));
-    setTimeout(() => finish('timeout'), 5000);
-    form.submit();
-  });
-}
 (async () => {
   await fetchTry('read_server_info', '/server_info');
   await fetchTry('read_providers', '/config/providers');
@@ -125,25 +64,9 @@ function formTry(name, path, enctype, fields) {
   window.attackDone = results;
 })();
 `;
-  return `<!doctype html><html><head><meta charset="utf-8"><title>a page</title></head><body><script>${script}</script></body></html>`;
+  return hostilePage(script);
 }
 
-type Results = Record<string, { type?: string; status?: number; body?: string | null; error?: string } | string>;
-
-/** Opens `url` (whose document is `html`) and waits for its attempts to finish. */
-async function visit(url: string, html: string): Promise<Results> {
-  const page = await chromium.context.newPage();
-  try {
-    if (url.startsWith(pagesOrigin)) attack = html;
-    // The rebinding page's own document: the attacker's answer, served before the name pointed here.
-    else await page.route(url, (route) => route.fulfill({ status: 200, contentType: 'text/html; charset=utf-8', body: html }));
-    await page.goto(url);
-    await page.waitForFunction(() => (window as unknown as { attackDone?: unknown }).attackDone !== undefined, undefined, { timeout: 60_000 });
-    return (await page.evaluate(() => (window as unknown as { attackDone: unknown }).attackDone)) as Results;
-  } finally {
-    await page.close();
-  }
-}
 
 /** Every path the pages try, as the access log names it. */
 function triedPaths(keys: boolean): string[] {
@@ -175,7 +98,7 @@ async function assertRefusedInLog(gw: GatewayProcess, paths: string[], status: n
   assert.deepEqual(answered, [], 'a request of the page was answered');
 }
 
-function assertNothingRead(results: Results, expectStatus: number | undefined): void {
+function assertNothingRead(results: PageResults, expectStatus: number | undefined): void {
   for (const name of ['read_server_info', 'read_providers', 'read_metrics']) {
     const result = results[name];
     assert.ok(typeof result === 'object', `${name}: ${JSON.stringify(result)}`);
@@ -195,13 +118,13 @@ async function attackBoth(gw: GatewayProcess, keys: boolean): Promise<void> {
   await assertUnchanged(gw, 'before');
 
   let since = gw.logs.length;
-  const crossOrigin = await visit(`${pagesOrigin}/attack.html`, attackPage(gw.adminUrl, { keys, sameOrigin: false }));
+  const crossOrigin = await pages.visit(`${pages.origin}/attack.html`, attackPage(gw.adminUrl, { keys, sameOrigin: false }));
   await assertUnchanged(gw, 'after the page of another origin');
   await assertRefusedInLog(gw, triedPaths(keys), 403, 'cross_origin_request', since);
   assertNothingRead(crossOrigin, undefined);
 
   since = gw.logs.length;
-  const rebound = await visit(`http://${REBIND_HOST}:${adminPort}/rebind.html`, attackPage('', { keys, sameOrigin: true }));
+  const rebound = await pages.visit(`http://${REBIND_HOST}:${adminPort}/rebind.html`, attackPage('', { keys, sameOrigin: true }));
   await assertUnchanged(gw, 'after the rebinding page');
   await assertRefusedInLog(gw, triedPaths(keys), 421, 'host_not_allowed', since);
   assertNothingRead(rebound, 421);
@@ -226,7 +149,7 @@ describe('a web page against the admin API at the default settings', { skip: bro
     try {
       await attackBoth(gw, false);
       // The status page of the listener itself still loads and goes live.
-      const page = await chromium.context.newPage();
+      const page = await pages.chromium.context.newPage();
       try {
         await page.goto(`${gw.adminUrl}/status`);
         await eventually(async () => (await page.locator('#link').textContent()) === 'live', 10_000, 'the status page live');

@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type ClientHttp2Session } from 'node:http2';
 import fc from 'fast-check';
+import { drawn, known, type Drawn } from '../support/header-draws.ts';
 import { eventually, scrape, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { assertOpenAiError, assertSettled, openConnections, rawRequest } from '../support/reliability.ts';
 
@@ -36,27 +37,6 @@ before(async () => {
 });
 after(async () => gw?.stop());
 
-/** A value drawn with what the guard must make of it: `good` passes, `bad` is refused, `unknown` either. */
-type Verdict = 'good' | 'bad' | 'unknown';
-interface Drawn {
-  readonly value: string | undefined;
-  readonly verdict: Verdict;
-}
-const known = (verdict: Verdict, ...values: (string | undefined)[]) => fc.constantFrom(...values).map((value): Drawn => ({ value, verdict }));
-/** Visible ASCII, tab and obs-text: what a header value may carry on the wire. */
-const headerChar = fc.oneof(
-  { weight: 8, arbitrary: fc.integer({ min: 0x20, max: 0x7e }) },
-  { weight: 1, arbitrary: fc.integer({ min: 0x80, max: 0xff }) },
-  { weight: 1, arbitrary: fc.constant(0x09) },
-).map((c) => String.fromCharCode(c));
-const randomText = fc.oneof(
-  { weight: 6, arbitrary: fc.string({ unit: headerChar, maxLength: 60 }) },
-  { weight: 1, arbitrary: fc.integer({ min: 1000, max: 8000 }).map((n) => `${'a'.repeat(n)}.example`) },
-).map((value): Drawn => ({ value, verdict: 'unknown' }));
-
-/** Weighted towards values that pass, so that every rule is reached often and requests pass too. */
-const drawn = (good: fc.Arbitrary<Drawn>, bad: fc.Arbitrary<Drawn>, weights = { good: 5, bad: 2 }) =>
-  fc.oneof({ weight: weights.good, arbitrary: good }, { weight: weights.bad, arbitrary: bad }, { weight: 1, arbitrary: randomText });
 const hostArb = () =>
   drawn(
     known('good', `127.0.0.1:${port}`, `localhost:${port}`, 'LocalHost', `[::1]:${port}`, '127.3.4.5:1', `x.localhost:${port}`, 'localhost.'),

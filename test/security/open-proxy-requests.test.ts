@@ -10,6 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { connect, type ClientHttp2Session } from 'node:http2';
 import fc from 'fast-check';
+import { drawn as drawnValue, known, randomHeaderText, type Drawn } from '../support/header-draws.ts';
 import { startGateway, type GatewayProcess } from '../support/gateway-process.ts';
 import { assertCallerError, assertSettled, rawRequest } from '../support/reliability.ts';
 
@@ -147,24 +148,9 @@ describe('an open proxy and web pages, rule by rule', () => {
   });
 });
 
-/** A value drawn with what the guard must make of it: `good` passes, `bad` is refused, `unknown` either. */
-type Verdict = 'good' | 'bad' | 'unknown';
-interface Drawn {
-  readonly value: string | undefined;
-  readonly verdict: Verdict;
-}
-const known = (verdict: Verdict, ...values: (string | undefined)[]) => fc.constantFrom(...values).map((value): Drawn => ({ value, verdict }));
-const headerChar = fc.oneof(
-  { weight: 8, arbitrary: fc.integer({ min: 0x20, max: 0x7e }) },
-  { weight: 1, arbitrary: fc.integer({ min: 0x80, max: 0xff }) },
-  { weight: 1, arbitrary: fc.constant(0x09) },
-).map((c) => String.fromCharCode(c));
-const randomText = fc.oneof(
-  { weight: 6, arbitrary: fc.string({ unit: headerChar, maxLength: 60 }) },
-  { weight: 1, arbitrary: fc.integer({ min: 1000, max: 8000 }).map((n) => `${'a'.repeat(n)}.example`) },
-).map((value): Drawn => ({ value: value.trim(), verdict: 'unknown' }));
-const drawn = (good: fc.Arbitrary<Drawn>, bad: fc.Arbitrary<Drawn>, weights = { good: 5, bad: 2 }) =>
-  fc.oneof({ weight: weights.good, arbitrary: good }, { weight: weights.bad, arbitrary: bad }, { weight: 1, arbitrary: randomText });
+const trimmed = randomHeaderText({ trim: true });
+/** Drawn values, their random ones without leading or trailing white space. */
+const drawn = (good: fc.Arbitrary<Drawn>, bad: fc.Arbitrary<Drawn>, weights = { good: 5, bad: 2 }) => drawnValue(good, bad, weights, trimmed);
 const hostArb = () =>
   drawn(
     known('good', `127.0.0.1:${port}`, `localhost:${port}`, 'LocalHost', `[::1]:${port}`, 'x', 'sluice:8080', `x.localhost:${port}`, '10.0.0.1', 'localhost.'),

@@ -14,10 +14,9 @@
 // still opens a realtime session (the OpenAI SDK's way in a browser), and one without gets 401.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
 import { startGateway, type GatewayProcess, type LogLine } from '../support/gateway-process.ts';
-import { chromiumCheck, launchChromium, type Chromium } from '../support/chromium.ts';
+import { chromiumCheck } from '../support/chromium.ts';
+import { hostilePage, openHostilePages, pageTries, type HostilePages, type PageResult, type PageResults } from '../support/hostile-pages.ts';
 import { startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 
 const browser = chromiumCheck();
@@ -28,32 +27,18 @@ const CLIENT_KEY = 'sk-client-key-for-a-browser-app';
 /** The test's own request, told apart from the pages' in the access log. */
 const OWN = 'test-own-request';
 
-let chromium: Chromium;
 let mock: MockUpstream;
-/** Serves the page of another origin (http://evil.example:PORT). */
-let pages: Server;
-let pagesOrigin: string;
-let attack = '';
+/** The page of another origin is served at http://evil.example:PORT. */
+let pages: HostilePages;
 
 before(async () => {
   if (browser.skip) return;
   mock = await startMockUpstream();
-  chromium = await launchChromium({
-    args: [
-      `--host-resolver-rules=MAP ${EVIL_HOST} 127.0.0.1, MAP ${REBIND_HOST} 127.0.0.1`,
-      // Chromium's own Local Network Access checks may hold back a request to loopback; other
-      // browsers have none: the gateway must stand alone.
-      '--disable-features=LocalNetworkAccessChecks,PrivateNetworkAccessRespectPreflightResults,BlockInsecurePrivateNetworkRequests',
-    ],
-  });
-  pages = createServer((_req, res) => res.writeHead(200, { 'content-type': 'text/html; charset=utf-8', 'cache-control': 'no-store' }).end(attack));
-  await new Promise<void>((resolve) => pages.listen(0, '127.0.0.1', resolve));
-  pagesOrigin = `http://${EVIL_HOST}:${(pages.address() as AddressInfo).port}`;
+  pages = await openHostilePages({ pageHost: EVIL_HOST, resolve: [EVIL_HOST, REBIND_HOST] });
 });
 
 after(async () => {
-  await chromium?.close();
-  await new Promise((resolve) => (pages ? pages.close(resolve) : resolve(undefined)));
+  await pages?.close();
   await mock?.close();
 });
 
@@ -67,58 +52,13 @@ const GENERATING = [
 ] as const;
 
 function attackPage(proxyOrigin: string, options: { sameOrigin: boolean; key?: string }): string {
-  const script = `
-const proxy = ${JSON.stringify(proxyOrigin)};
+  const script = `${pageTries(proxyOrigin)}
 const GENERATING = ${JSON.stringify(GENERATING)};
 const SAME_ORIGIN = ${options.sameOrigin};
 const KEY = ${JSON.stringify(options.key ?? null)};
-const results = {};
-async function fetchTry(name, path, init) {
-  try {
-    const res = await fetch(proxy + path, init);
-    let body = null;
-    if (res.type !== 'opaque') body = await res.text();
-    results[name] = { type: res.type, status: res.status, body };
-  } catch (error) {
-    results[name] = { error: String(error) };
-  }
-}
-function imageTry(name, path) {
-  return new Promise((resolve) => {
-    const img = new Image();
-    img.onload = () => { results[name] = 'load'; resolve(); };
-    img.onerror = () => { results[name] = 'error'; resolve(); };
-    img.src = proxy + path;
-  });
-}
-function formTry(name, path, fields) {
-  return new Promise((resolve) => {
-    const frame = document.createElement('iframe');
-    frame.name = name;
-    document.body.append(frame);
-    const form = document.createElement('form');
-    form.method = 'POST';
-    form.action = proxy + path;
-    form.enctype = 'text/plain';
-    form.target = name;
-    for (const [key, value] of Object.entries(fields)) {
-      const input = document.createElement('input');
-      input.type = 'hidden';
-      input.name = key;
-      input.value = value;
-      form.append(input);
-    }
-    document.body.append(form);
-    let done = false;
-    const finish = (how) => { if (!done) { done = true; results[name] = how; resolve(); } };
-    frame.addEventListener('load', () => finish('loaded'));
-    setTimeout(() => finish('timeout'), 5000);
-    form.submit();
-  });
-}
 function realtimeTry(name) {
   return new Promise((resolve) => {
-    const url = proxy.replace(/^http/, 'ws') + '/v1/realtime?model=gpt-realtime';
+    const url = (target || location.origin).replace(/^http/, 'ws') + '/v1/realtime?model=gpt-realtime';
     const protocols = KEY ? ['realtime', 'openai-insecure-api-key.' + KEY] : ['realtime'];
     const result = { opened: false, messages: [], closed: null };
     results[name] = result;
@@ -144,32 +84,16 @@ function realtimeTry(name) {
     if (SAME_ORIGIN) await fetchTry(name + '_json', path, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
   }
   // A text/plain form whose body is JSON: {"model":"gpt-4o","messages":[...],"x":"="}
-  await formTry('form_chat', '/v1/chat/completions', { '{"model":"gpt-4o","messages":[{"role":"user","content":"page-form"}],"x":"': '"}' });
+  await formTry('form_chat', '/v1/chat/completions', 'text/plain', { '{"model":"gpt-4o","messages":[{"role":"user","content":"page-form"}],"x":"': '"}' });
   await fetchTry('read_models', '/v1/models');
   await imageTry('image_models', '/v1/models');
   await realtimeTry('realtime');
   window.attackDone = results;
 })();
 `;
-  return `<!doctype html><html><head><meta charset="utf-8"><title>a page</title></head><body><script>${script}</script></body></html>`;
+  return hostilePage(script);
 }
 
-type Result = { type?: string; status?: number; body?: string | null; error?: string; opened?: boolean; messages?: string[]; closed?: number | null };
-type Results = Record<string, Result | string>;
-
-async function visit(url: string, html: string): Promise<Results> {
-  const page = await chromium.context.newPage();
-  try {
-    if (url.startsWith(pagesOrigin)) attack = html;
-    // The rebinding page's own document: the attacker's answer, served before the name pointed here.
-    else await page.route(url, (route) => route.fulfill({ status: 200, contentType: 'text/html; charset=utf-8', body: html }));
-    await page.goto(url);
-    await page.waitForFunction(() => (window as unknown as { attackDone?: unknown }).attackDone !== undefined, undefined, { timeout: 90_000 });
-    return (await page.evaluate(() => (window as unknown as { attackDone: unknown }).attackDone)) as Results;
-  } finally {
-    await page.close();
-  }
-}
 
 /** What reached the upstream: a request of the page's (a POST, or a realtime session) spent the operator's key. */
 function spent(): string[] {
@@ -188,8 +112,8 @@ async function assertRefusedInLog(gw: GatewayProcess, status: number, code: stri
   assert.deepEqual(answered, [], 'a request of the page was answered');
 }
 
-function assertNothingRead(results: Results, sameOrigin: boolean): void {
-  const realtime = results.realtime as Result;
+function assertNothingRead(results: PageResults, sameOrigin: boolean): void {
+  const realtime = results.realtime as PageResult;
   assert.equal(realtime.opened, false, `the realtime session opened: ${JSON.stringify(realtime)}`);
   assert.deepEqual(realtime.messages, [], 'the page read realtime messages');
   for (const [name, result] of Object.entries(results)) {
@@ -216,14 +140,14 @@ describe('a web page against a proxy that needs no key, at the default settings'
       mock.reset();
 
       let since = gw.logs.length;
-      const crossOrigin = await visit(`${pagesOrigin}/attack.html`, attackPage(gw.proxyUrl, { sameOrigin: false }));
+      const crossOrigin = await pages.visit(`${pages.origin}/attack.html`, attackPage(gw.proxyUrl, { sameOrigin: false }), 90_000);
       assert.deepEqual(spent(), [], 'the page of another origin spent the operator key');
       assertNothingRead(crossOrigin, false);
       await assertRefusedInLog(gw, 403, 'cross_origin_request', since);
 
       since = gw.logs.length;
       const port = new URL(gw.proxyUrl).port;
-      const rebound = await visit(`http://${REBIND_HOST}:${port}/rebind.html`, attackPage('', { sameOrigin: true }));
+      const rebound = await pages.visit(`http://${REBIND_HOST}:${port}/rebind.html`, attackPage('', { sameOrigin: true }), 90_000);
       assert.deepEqual(spent(), [], 'the rebinding page spent the operator key');
       assertNothingRead(rebound, true);
       await assertRefusedInLog(gw, 421, 'host_not_allowed', since);
@@ -242,8 +166,8 @@ describe('a web page against a proxy that needs no key, at the default settings'
     });
     try {
       mock.reset();
-      const withKey = await visit(`${pagesOrigin}/app.html`, attackPage(gw.proxyUrl, { sameOrigin: false, key: CLIENT_KEY }));
-      const realtime = withKey.realtime as Result;
+      const withKey = await pages.visit(`${pages.origin}/app.html`, attackPage(gw.proxyUrl, { sameOrigin: false, key: CLIENT_KEY }), 90_000);
+      const realtime = withKey.realtime as PageResult;
       assert.equal(realtime.opened, true, JSON.stringify(realtime));
       assert.ok(realtime.messages!.some((m) => m.includes('response.done')), JSON.stringify(realtime));
       // Its no-cors posts carry no key: refused as any request without one.
