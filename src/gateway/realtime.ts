@@ -248,6 +248,8 @@ class RealtimeSession implements ForceEndable {
       const total = (this.#ctx.usage ??= { prompt: 0, completion: 0 });
       total.prompt += usage.prompt;
       total.completion += usage.completion;
+      // Priced at cached_input: a session's cached prompt tokens are summed as its tokens are.
+      if (usage.cached !== undefined) total.cached = (total.cached ?? 0) + usage.cached;
     } catch {
       // Not JSON: relayed as it is.
     }

@@ -18,10 +18,21 @@ const KEYS = {
   concurrent: 'sk-realtime-one-at-a-time',
   rpm: 'sk-realtime-two-a-minute-0',
   budget: 'sk-realtime-one-dollar-000',
+  cached: 'sk-realtime-cached-tokens',
 };
 /** $0.95 a response: 5 input tokens at $50,000 a million, 7 output at $100,000. */
 const PRICE = { input: 50_000, output: 100_000 };
 const RESPONSE_MICROS = REALTIME_USAGE.input_tokens * PRICE.input + REALTIME_USAGE.output_tokens * PRICE.output;
+/** Cached prompt tokens at a hundredth of the input price. */
+const CACHED_PRICE = { input: 100, output: 10, cached_input: 1 };
+/** A Realtime response.done's usage, as OpenAI reports it: the cached tokens under input_token_details ("token", singular). */
+const CACHED_USAGE = {
+  total_tokens: 1010,
+  input_tokens: 1000,
+  output_tokens: 10,
+  input_token_details: { cached_tokens: 800, text_tokens: 1000, audio_tokens: 0, cached_tokens_details: { text_tokens: 800, audio_tokens: 0 } },
+  output_token_details: { text_tokens: 10, audio_tokens: 0 },
+};
 
 let mock: MockUpstream;
 let gw: GatewayProcess;
@@ -32,11 +43,12 @@ before(async () => {
     config: {
       providers: [{ name: 'up', type: 'openai', base_url: `${mock.url}/v1`, api_key: 'sk-upstream' }],
       models: [{ name: 'gpt-realtime*', provider: 'up' }],
-      prices: { 'gpt-realtime': PRICE },
+      prices: { 'gpt-realtime': PRICE, 'gpt-realtime-cached': CACHED_PRICE },
       keys: [
         { name: 'concurrent', key: KEYS.concurrent, limits: { concurrent: 1 } },
         { name: 'rpm', key: KEYS.rpm, limits: { rpm: 2 } },
         { name: 'budget', key: KEYS.budget, budget: { usd: 1, period: 'day' } },
+        { name: 'cached', key: KEYS.cached },
       ],
     },
   });
@@ -51,19 +63,19 @@ const TARGET = '/v1/realtime?model=gpt-realtime';
 const sessionsUpstream = () => mock.received.filter((r) => r.path.startsWith('/v1/realtime')).length;
 
 /** Opens a session with `key`; resolves once it is open (the upstream's session.created received). */
-function openSession(key: string): Promise<WebSocket> {
+function openSession(key: string, target = TARGET): Promise<WebSocket> {
   return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${gw.proxyUrl.replace('http', 'ws')}${TARGET}`, ['realtime'], { headers: { authorization: `Bearer ${key}` } });
+    const ws = new WebSocket(`${gw.proxyUrl.replace('http', 'ws')}${target}`, ['realtime'], { headers: { authorization: `Bearer ${key}` } });
     ws.once('message', () => resolve(ws));
     ws.once('unexpected-response', (_req, res) => reject(new Error(`refused: ${res.statusCode}`)));
     ws.once('error', reject);
   });
 }
 
-/** One response in the session (its response.done), then the session closed and its access line written. */
-async function respondAndClose(ws: WebSocket): Promise<void> {
+/** One response in the session (its response.done, with the mock's usage or `usage`), then the session closed. */
+async function respondAndClose(ws: WebSocket, usage?: unknown): Promise<void> {
   const done = new Promise<void>((resolve) => ws.on('message', (data) => String(data).includes('response.done') && resolve()));
-  ws.send(JSON.stringify({ type: 'response.create' }));
+  ws.send(JSON.stringify({ type: 'response.create', ...(usage === undefined ? {} : { mock_usage: usage }) }));
   await done;
   const closed = new Promise((resolve) => ws.once('close', resolve));
   ws.close();
@@ -110,6 +122,23 @@ describe('realtime sessions under a key\'s limits, at the default store', () => 
     const spent = metricValue(await scrape(gw), 'sluice_spend_usd_total', { key: 'budget' });
     assert.equal(spent, (2 * RESPONSE_MICROS) / 1e6, 'sluice_spend_usd_total of the budget key');
     await assertRefused(KEYS.budget, 'budget_exceeded');
+  });
+
+  test('cached prompt tokens (Realtime reports them as input_token_details.cached_tokens) are counted and priced at cached_input', async () => {
+    const since = gw.logs.length;
+    const ws = await openSession(KEYS.cached, '/v1/realtime?model=gpt-realtime-cached');
+    await respondAndClose(ws, CACHED_USAGE);
+    await respondAndClose(await openSession(KEYS.cached, '/v1/realtime?model=gpt-realtime-cached'), CACHED_USAGE);
+    const lines = await eventually(() => {
+      const found = gw.logs.slice(since).filter((l) => l.event === 'access' && l.key_name === 'cached' && l.status === 101);
+      return found.length === 2 ? found : undefined;
+    }, 5000, 'two access lines of the cached key');
+    // 200 fresh tokens at $100 a million, 800 cached at $1, 10 output at $10.
+    const micros = (CACHED_USAGE.input_tokens - 800) * CACHED_PRICE.input + 800 * CACHED_PRICE.cached_input + CACHED_USAGE.output_tokens * CACHED_PRICE.output;
+    for (const line of lines!) {
+      assert.equal(line.cached_tokens, 800, JSON.stringify(line));
+      assert.equal(line.cost_usd, micros / 1e6, JSON.stringify(line));
+    }
   });
 
   test('afterwards nothing is in flight', async () => {
