@@ -8,7 +8,8 @@ import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
 import { ClientKeys, type ClientKey } from '../auth/keys.ts';
-import { LimitPolicy, promptEstimate, UNLIMITED, type Limiter } from '../limits/limiter.ts';
+import { LimitPolicy, UNLIMITED, type Limiter } from '../limits/limiter.ts';
+import { promptEstimate } from '../limits/estimates.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
@@ -232,7 +233,10 @@ export class Gateway {
       policy,
       key,
       model: route.entry,
+      requested: model,
+      targets: route.targets,
       generates: spec.endpoint !== 'embeddings' && spec.endpoint !== 'count_tokens',
+      billed: spec.endpoint !== 'count_tokens',
       json: body,
       bodyBytes: read.body.length,
       id: ctx.id,

@@ -1,11 +1,14 @@
 // Which limits a request falls under, and the store asked once for all of them. A request that
 // passes holds an Admission: its token reservation, its concurrency lease (renewed while it runs)
-// and its budget, settled with the real usage when it finishes. Settlements that the store could
-// not take are retried, and the drain waits for them (L9) before the store is closed.
+// and its hold on its key's budget (what it may cost, budgets.ts; renewed with the lease), settled
+// with the real usage and cost when it finishes. Settlements that the store could not take are
+// retried, and the drain waits for them (L9) before the store is closed.
 import type { BudgetConfig, Config, LimitsConfig, RateLimits } from '../config/schema.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import type { Usage } from '../server/context.ts';
 import { Prices } from './prices.ts';
+import { budgetPeriod, budgetRefusal, holdMicros } from './budgets.ts';
+import { estimateTokens } from './estimates.ts';
 import { StoreUnavailable, type Ask, type BucketReading, type LimitKind, type LimitStore, type RateBucket, type Renewal, type Settlement, type Verdict } from './store.ts';
 
 export type Scope = 'global' | 'model' | 'key' | 'key_model';
@@ -33,8 +36,14 @@ export interface AdmitRequest {
   readonly key: LimitedKey;
   /** The configured model entry the request matched. */
   readonly model: string;
+  /** The model name the client asked for. */
+  readonly requested: string;
+  /** The route's targets: the model each would be asked for (undefined: the client's name), priced for a budget's hold. */
+  readonly targets: readonly { readonly model: string | undefined }[];
   /** Embeddings and token counts produce no completion tokens. */
   readonly generates: boolean;
+  /** Token counts cost nothing: no hold on a budget. */
+  readonly billed: boolean;
   readonly json: Record<string, unknown>;
   readonly bodyBytes: number;
   /** Unique per request: the lease id. */
@@ -123,6 +132,8 @@ export class Limiter {
       if (limits.concurrent !== undefined) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
     }
     const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
+    // What the request may cost, held against the budget while it runs: only a key with a budget pays for pricing it.
+    const hold = budget === undefined ? 0 : holdMicros(request, s.budget_hold_output_tokens);
     if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
     // Never more than the smallest bucket it is counted in: a larger reservation passes only when
     // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
@@ -135,6 +146,7 @@ export class Limiter {
       cost,
       concurrency: concurrency.map(({ id, max }) => ({ id, max })),
       budgets: budget ? [budget] : [],
+      hold,
       lease: request.id,
       leaseMs: s.lease_secs * 1000,
     };
@@ -156,8 +168,7 @@ export class Limiter {
       const { key } = request;
       if (verdict.limit === 'budget') {
         this.#events.refused(key.name, 'key', 'budget');
-        const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
-        return errors.budgetExceeded(key.name, key.budget!.usd, key.budget!.period, { ...headers, 'retry-after': String(seconds), 'x-should-retry': 'false' });
+        return budgetRefusal(key.name, key.budget!, ask, verdict, headers);
       }
       const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
       const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
@@ -186,21 +197,23 @@ export class Limiter {
 
   #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean): Admission {
     const concurrency = taken ? ask.concurrency.map((c) => c.id) : [];
-    if (concurrency.length > 0) this.#hold(ask.lease, concurrency);
+    const holds = taken && ask.hold > 0 ? ask.budgets.map((b) => b.id) : [];
+    const renewed = concurrency.length > 0 || holds.length > 0;
+    if (renewed) this.#hold({ lease: ask.lease, concurrency, holds, hold: ask.hold });
     let done = false;
     return {
       headers,
       finish: (usage, costMicros, answered) => {
         if (done) return;
         done = true;
-        if (concurrency.length > 0) this.#release(ask.lease);
+        if (renewed) this.#release(ask.lease);
         // Unknown usage: an answer that went out keeps its reservation; a failure gives it back.
         const used = usage ? usage.prompt + usage.completion : answered ? ask.cost : 0;
         const spend = ask.budgets.length > 0 && costMicros !== undefined && costMicros > 0 ? ask.budgets.map((b) => ({ id: b.id, micros: costMicros, resetAt: b.resetAt })) : [];
         const tokens = taken ? ask.tokens : [];
         const refund = tokens.length > 0 ? ask.cost - used : 0;
-        if (refund === 0 && concurrency.length === 0 && spend.length === 0) return;
-        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend });
+        if (refund === 0 && !renewed && spend.length === 0) return;
+        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend, holds, hold: ask.hold });
       },
     };
   }
@@ -250,8 +263,9 @@ export class Limiter {
     this.#events.notCommitted(s.key, s.used, s.spend[0]?.micros ?? 0);
   }
 
-  #hold(lease: string, concurrency: readonly string[]): void {
-    this.#held.set(lease, { lease, concurrency });
+  /** A lease (in concurrency limits, of holds on budgets) renewed until its request ends. */
+  #hold(renewal: Renewal): void {
+    this.#held.set(renewal.lease, renewal);
     if (this.#renewTimer === undefined) {
       const every = Math.max(50, Math.floor(this.#leaseMs / 3));
       this.#renewTimer = setInterval(() => this.#renew(), every).unref();
@@ -311,50 +325,10 @@ function own(map: Readonly<Record<string, RateLimits>> | undefined, model: strin
   return map !== undefined && Object.hasOwn(map, model) ? map[model] : undefined;
 }
 
-/** The prompt's tokens estimated from the request body's size: 4 bytes a token. */
-export function promptEstimate(bodyBytes: number): number {
-  return Math.ceil(bodyBytes / 4);
-}
-
 function smallestCapacity(applied: readonly Applied[]): number {
   let smallest = Infinity;
   for (const a of applied) smallest = Math.min(smallest, a.bucket.capacity);
   return smallest;
-}
-
-/** The most choices a request is reserved for: OpenAI's own bound on `n`. */
-const MAX_CHOICES = 128;
-
-/**
- * The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the
- * completion's maximum for each choice the provider generates (`n`, or `best_of` on completions,
- * which generates that many and returns the best: every one is billed).
- */
-export function estimateTokens(request: Pick<AdmitRequest, 'json' | 'bodyBytes' | 'generates'>, defaultOutput: number): number {
-  const prompt = promptEstimate(request.bodyBytes);
-  if (!request.generates) return prompt;
-  const j = request.json;
-  const max = j.max_completion_tokens ?? j.max_tokens ?? j.max_output_tokens;
-  const output = typeof max === 'number' && Number.isFinite(max) && max >= 0 ? Math.min(Math.floor(max), 10_000_000) : defaultOutput;
-  return prompt + output * Math.max(choices(j.n), choices(j.best_of));
-}
-
-/** A count of choices as a client may send it: a whole number from 1 (anything else is 1) to MAX_CHOICES. */
-function choices(value: unknown): number {
-  return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), MAX_CHOICES) : 1;
-}
-
-/** A key's budget for the period `now` is in (UTC calendar day or month). */
-export function budgetPeriod(key: string, budget: BudgetConfig, now: number): { id: string; maxMicros: number; resetAt: number } {
-  const d = new Date(now);
-  const y = d.getUTCFullYear();
-  const m = d.getUTCMonth();
-  const month = `${y}-${String(m + 1).padStart(2, '0')}`;
-  if (budget.period === 'day') {
-    const day = `${month}-${String(d.getUTCDate()).padStart(2, '0')}`;
-    return { id: `${key}:${day}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m, d.getUTCDate() + 1) };
-  }
-  return { id: `${key}:${month}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m + 1, 1) };
 }
 
 function scopeWords(scope: Scope, key: string, model: string): string {
