@@ -206,7 +206,20 @@ export class Gateway {
 
   async #forward(ctx: RequestContext, spec: EndpointSpec, routing: Routing, path: string, key: ClientKey): Promise<void> {
     const decision = this.#env.decision;
-    const read = await readBody(ctx.req, routing.bodyLimit);
+    const policy = routing.limits;
+    // A key with a `concurrent` limit takes its place now, before the body: a request whose body is
+    // slow to come is in progress too. Given back if the request ends before its admission.
+    const entering = this.#env.limiter.enter({ policy, key, id: ctx.id });
+    if (entering instanceof GatewayError) return refuseBeforeBody(ctx, decision, entering);
+    // Read while the store answers (workers, Redis): the body does not wait for it.
+    const reading = readBody(ctx.req, routing.bodyLimit);
+    const entry = entering instanceof Promise ? await entering : entering;
+    if (entry instanceof GatewayError) return refuseBeforeBody(ctx, decision, entry);
+    // Settled when the response closes (replaced by the admission's settlement once admitted).
+    if (entry !== undefined) ctx.whenFinished(() => entry.leave());
+    const read = await reading;
+    // The request ended while its body was read (its place is given back): nothing more to do.
+    if (entry?.left) return;
     if (!read.ok) {
       if (read.error) sendError(ctx, decision, read.error);
       return;
@@ -228,7 +241,6 @@ export class Gateway {
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;
     ctx.provider = route.provider;
-    const policy = routing.limits;
     const admitting = this.#env.limiter.admit({
       policy,
       key,
@@ -240,6 +252,7 @@ export class Gateway {
       json: body,
       bodyBytes: read.body.length,
       id: ctx.id,
+      entry,
     });
     const admission = admitting instanceof Promise ? await admitting : admitting;
     if (admission instanceof GatewayError) return sendError(ctx, decision, admission);
@@ -274,3 +287,8 @@ export class Gateway {
   }
 }
 
+/** A refusal before the body was read (the key's place in its `concurrent` limit): the rest of the body is read and dropped. */
+function refuseBeforeBody(ctx: RequestContext, decision: GatewayEnvironment['decision'], error: GatewayError): void {
+  sendError(ctx, decision, error);
+  discardRest(ctx.req);
+}

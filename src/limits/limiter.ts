@@ -48,6 +48,20 @@ export interface AdmitRequest {
   readonly bodyBytes: number;
   /** Unique per request: the lease id. */
   readonly id: string;
+  /** The key's place taken when its key was checked (`enter`), handed to the admission. */
+  readonly entry?: Entry | undefined;
+}
+
+/**
+ * A request's place in its key's `concurrent` limit, taken when its key is checked, before its body
+ * is read (a slow body is a request in progress too): renewed until it is handed to the request's
+ * admission, or given back by `leave()` when the request ends before one.
+ */
+export interface Entry {
+  /** The request ended before its admission: its place is given back (once; nothing once admitted). */
+  leave(): void;
+  /** `leave()` was called: the request must not be admitted. */
+  readonly left: boolean;
 }
 
 export interface LimitEvents {
@@ -72,6 +86,36 @@ export interface Admission {
 }
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+const NOTHING: readonly string[] = Object.freeze([]);
+
+/** An `Entry` as the limiter keeps it: what it holds, until its admission takes it or it is left. */
+class KeyEntry implements Entry {
+  readonly #concurrency: readonly string[];
+  readonly #giveBack: () => void;
+  #state: 'held' | 'taken' | 'left' = 'held';
+
+  constructor(concurrency: readonly string[], giveBack: () => void) {
+    this.#concurrency = concurrency;
+    this.#giveBack = giveBack;
+  }
+
+  get left(): boolean {
+    return this.#state === 'left';
+  }
+
+  leave(): void {
+    if (this.#state !== 'held') return;
+    this.#state = 'left';
+    this.#giveBack();
+  }
+
+  /** The admission takes over what is held (nothing, once left). */
+  take(): readonly string[] {
+    if (this.#state !== 'held') return NOTHING;
+    this.#state = 'taken';
+    return this.#concurrency;
+  }
+}
 
 /** Nothing to take or give back: no limit and no budget applies. */
 export const UNLIMITED: Admission = { headers: NO_HEADERS, finish() {} };
@@ -116,6 +160,8 @@ export class Limiter {
     const modelLimits = own(s.models, model);
     // The common case, nothing to count: no string built, nothing asked of the store.
     if (s.global === undefined && modelLimits === undefined && key.limits === undefined && key.budget === undefined) return UNLIMITED;
+    // The key's place, when its entry holds it: counted already, and the admission's to give back.
+    const entered = request.entry instanceof KeyEntry ? request.entry.take() : NOTHING;
     const scopes: [Scope, string, RateLimits | undefined][] = [
       ['global', 'g', s.global],
       ['model', `m:${model}`, modelLimits],
@@ -129,12 +175,12 @@ export class Limiter {
       if (limits === undefined) continue;
       if (limits.rpm !== undefined) requests.push({ scope, label: id, bucket: { id: `${id}:rpm`, capacity: limits.rpm } });
       if (limits.tpm !== undefined) tokens.push({ scope, label: id, bucket: { id: `${id}:tpm`, capacity: limits.tpm } });
-      if (limits.concurrent !== undefined) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
+      if (limits.concurrent !== undefined && !(scope === 'key' && entered.length > 0)) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
     }
     const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
     // What the request may cost, held against the budget while it runs: only a key with a budget pays for pricing it.
     const hold = budget === undefined ? 0 : holdMicros(request, s.budget_hold_output_tokens);
-    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined && entered.length === 0) return UNLIMITED;
     // Never more than the smallest bucket it is counted in: a larger reservation passes only when
     // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
     // (the gateway's, the model's) for as long as the request runs, and tell every other key to wait
@@ -151,52 +197,122 @@ export class Limiter {
       leaseMs: s.lease_secs * 1000,
     };
     this.#leaseMs = ask.leaseMs;
-    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency);
+    // Only the key's place, held already: nothing to ask of the store.
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return this.#admission(request, ask, NO_HEADERS, true, entered);
+    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency, entered);
     let answer: Verdict | Promise<Verdict>;
     try {
       answer = this.#store.acquire(ask);
     } catch (error) {
-      return this.#unavailable(request, ask, error);
+      return this.#unavailable(request, ask, error, entered);
     }
     if (!(answer instanceof Promise)) return decide(answer);
-    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error));
+    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error, entered));
   }
 
-  #decide(request: AdmitRequest, ask: Ask, verdict: Verdict, requests: Applied[], tokens: Applied[], concurrency: { scope: Scope; id: string; max: number }[]): Admission | GatewayError {
-    const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
-    if (!verdict.ok) {
-      const { key } = request;
-      if (verdict.limit === 'budget') {
-        this.#events.refused(key.name, 'key', 'budget');
-        return budgetRefusal(key.name, key.budget!, ask, verdict, headers);
-      }
-      const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
-      const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
-      this.#events.refused(key.name, scope, verdict.limit);
-      const ms = Math.max(1, verdict.retryAfterMs);
-      const what =
-        verdict.limit === 'requests'
-          ? `${refusedBy!.bucket.capacity} requests per minute`
-          : verdict.limit === 'tokens'
-            ? `${refusedBy!.bucket.capacity} tokens per minute (this request reserves ${ask.cost})`
-            : `${concurrency[verdict.index]!.max} concurrent requests`;
-      const message = `Rate limit reached for ${scopeWords(scope, key.name, request.model)}: ${what}. Try again in ${formatDuration(ms)}.`;
-      return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
+  /**
+   * The key's place in its `concurrent` limit, taken when the key is checked, before the body is
+   * read: a request whose body is still coming is in progress too. Undefined (nothing asked, no
+   * promise) for a key without that limit. The place is renewed until `admit` takes it over, or
+   * given back by `leave()`.
+   */
+  enter(request: Pick<AdmitRequest, 'policy' | 'key' | 'id'>): Entry | GatewayError | Promise<Entry | GatewayError> | undefined {
+    const max = request.key.limits?.concurrent;
+    if (max === undefined) return undefined;
+    const s = request.policy.settings;
+    const limit = { scope: 'key' as const, id: `k:${request.key.name}:cc`, max };
+    const ask: Ask = { requests: [], tokens: [], cost: 0, concurrency: [{ id: limit.id, max }], budgets: [], hold: 0, lease: request.id, leaseMs: s.lease_secs * 1000 };
+    this.#leaseMs = ask.leaseMs;
+    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(request.key.name, ask.lease, [limit.id]) : this.#refused(request.key, '', ask, verdict, NO_HEADERS, [], [], [limit]));
+    const unavailable = (error: unknown): Entry | GatewayError => {
+      if (!(error instanceof StoreUnavailable)) throw error;
+      const open = s.on_store_error === 'open';
+      this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
+      // Open: nothing held; the admission asks for the key's place with the rest.
+      return open ? this.#entry(request.key.name, ask.lease, NOTHING) : errors.limitStoreUnavailable();
+    };
+    let answer: Verdict | Promise<Verdict>;
+    try {
+      answer = this.#store.acquire(ask);
+    } catch (error) {
+      return unavailable(error);
     }
-    return this.#admission(request, ask, headers, true);
+    if (!(answer instanceof Promise)) return decide(answer);
+    return answer.then(decide, unavailable);
+  }
+
+  /** An entry holding `concurrency` (none: the store was away), renewed until taken or left. */
+  #entry(key: string, lease: string, concurrency: readonly string[]): KeyEntry {
+    if (concurrency.length > 0) this.#hold({ lease, concurrency, holds: [], hold: 0 });
+    return new KeyEntry(concurrency, () => this.#leave(key, lease, concurrency));
+  }
+
+  /** A place given back without an admission: the request ended first, or its admission was refused. */
+  #leave(key: string, lease: string, concurrency: readonly string[]): void {
+    if (concurrency.length === 0) return;
+    this.#release(lease);
+    this.#settle({ key, used: 0, tokens: [], refund: 0, concurrency, lease, spend: [], holds: [], hold: 0 });
+  }
+
+  #decide(
+    request: AdmitRequest,
+    ask: Ask,
+    verdict: Verdict,
+    requests: Applied[],
+    tokens: Applied[],
+    concurrency: { scope: Scope; id: string; max: number }[],
+    entered: readonly string[],
+  ): Admission | GatewayError {
+    const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
+    if (verdict.ok) return this.#admission(request, ask, headers, true, entered);
+    this.#leave(request.key.name, ask.lease, entered);
+    return this.#refused(request.key, request.model, ask, verdict, headers, requests, tokens, concurrency);
+  }
+
+  #refused(
+    key: LimitedKey,
+    model: string,
+    ask: Ask,
+    verdict: Extract<Verdict, { ok: false }>,
+    headers: Readonly<Record<string, string>>,
+    requests: Applied[],
+    tokens: Applied[],
+    concurrency: readonly { scope: Scope; id: string; max: number }[],
+  ): GatewayError {
+    if (verdict.limit === 'budget') {
+      this.#events.refused(key.name, 'key', 'budget');
+      return budgetRefusal(key.name, key.budget!, ask, verdict, headers);
+    }
+    const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
+    const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
+    this.#events.refused(key.name, scope, verdict.limit);
+    const ms = Math.max(1, verdict.retryAfterMs);
+    const what =
+      verdict.limit === 'requests'
+        ? `${refusedBy!.bucket.capacity} requests per minute`
+        : verdict.limit === 'tokens'
+          ? `${refusedBy!.bucket.capacity} tokens per minute (this request reserves ${ask.cost})`
+          : `${concurrency[verdict.index]!.max} concurrent requests`;
+    const message = `Rate limit reached for ${scopeWords(scope, key.name, model)}: ${what}. Try again in ${formatDuration(ms)}.`;
+    return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
   }
 
   /** The store did not answer: on_store_error says whether the request goes on (uncounted, its spend still recorded) or is refused. */
-  #unavailable(request: AdmitRequest, ask: Ask, error: unknown): Admission | GatewayError {
+  #unavailable(request: AdmitRequest, ask: Ask, error: unknown, entered: readonly string[]): Admission | GatewayError {
     if (!(error instanceof StoreUnavailable)) throw error;
     const open = request.policy.settings.on_store_error === 'open';
     this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
-    if (!open) return errors.limitStoreUnavailable();
-    return this.#admission(request, ask, NO_HEADERS, false);
+    if (!open) {
+      this.#leave(request.key.name, ask.lease, entered);
+      return errors.limitStoreUnavailable();
+    }
+    return this.#admission(request, ask, NO_HEADERS, false, entered);
   }
 
-  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean): Admission {
-    const concurrency = taken ? ask.concurrency.map((c) => c.id) : [];
+  /** `entered`: the key's place its entry held, given back with the rest. */
+  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean, entered: readonly string[]): Admission {
+    const acquired = taken ? ask.concurrency.map((c) => c.id) : [];
+    const concurrency = entered.length === 0 ? acquired : [...entered, ...acquired];
     const holds = taken && ask.hold > 0 ? ask.budgets.map((b) => b.id) : [];
     const renewed = concurrency.length > 0 || holds.length > 0;
     if (renewed) this.#hold({ lease: ask.lease, concurrency, holds, hold: ask.hold });
