@@ -209,7 +209,7 @@ export class Gateway {
     const policy = routing.limits;
     // A key with a `concurrent` limit takes its place now, before the body: a request whose body is
     // slow to come is in progress too. Given back if the request ends before its admission.
-    const entering = this.#env.limiter.enter({ policy, key, id: ctx.id });
+    const entering = this.#env.limiter.enter(policy, key, ctx.id);
     if (entering instanceof GatewayError) return refuseBeforeBody(ctx, decision, entering);
     // Read while the store answers (workers, Redis): the body does not wait for it.
     const reading = readBody(ctx.req, routing.bodyLimit);

@@ -216,20 +216,20 @@ export class Limiter {
    * promise) for a key without that limit. The place is renewed until `admit` takes it over, or
    * given back by `leave()`.
    */
-  enter(request: Pick<AdmitRequest, 'policy' | 'key' | 'id'>): Entry | GatewayError | Promise<Entry | GatewayError> | undefined {
-    const max = request.key.limits?.concurrent;
+  enter(policy: LimitPolicy, key: LimitedKey, id: string): Entry | GatewayError | Promise<Entry | GatewayError> | undefined {
+    const max = key.limits?.concurrent;
     if (max === undefined) return undefined;
-    const s = request.policy.settings;
-    const limit = { scope: 'key' as const, id: `k:${request.key.name}:cc`, max };
-    const ask: Ask = { requests: [], tokens: [], cost: 0, concurrency: [{ id: limit.id, max }], budgets: [], hold: 0, lease: request.id, leaseMs: s.lease_secs * 1000 };
+    const s = policy.settings;
+    const limit = { scope: 'key' as const, id: `k:${key.name}:cc`, max };
+    const ask: Ask = { requests: [], tokens: [], cost: 0, concurrency: [{ id: limit.id, max }], budgets: [], hold: 0, lease: id, leaseMs: s.lease_secs * 1000 };
     this.#leaseMs = ask.leaseMs;
-    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(request.key.name, ask.lease, [limit.id]) : this.#refused(request.key, '', ask, verdict, NO_HEADERS, [], [], [limit]));
+    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(key.name, id, [limit.id]) : this.#refused(key, '', ask, verdict, NO_HEADERS, [], [], [limit]));
     const unavailable = (error: unknown): Entry | GatewayError => {
       if (!(error instanceof StoreUnavailable)) throw error;
       const open = s.on_store_error === 'open';
       this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
       // Open: nothing held; the admission asks for the key's place with the rest.
-      return open ? this.#entry(request.key.name, ask.lease, NOTHING) : errors.limitStoreUnavailable();
+      return open ? this.#entry(key.name, id, NOTHING) : errors.limitStoreUnavailable();
     };
     let answer: Verdict | Promise<Verdict>;
     try {

@@ -40,14 +40,14 @@ class CountingStore extends MemoryStore {
 const admit = (limiter: Limiter, p: LimitPolicy, key: LimitedKey, id: string, entry: Entry | undefined) =>
   limiter.admit({ policy: p, key, model: 'm', requested: 'm', targets: [{ model: undefined }], generates: true, billed: true, json: { max_tokens: 10 }, bodyBytes: 40, id, entry });
 
-const enter = (limiter: Limiter, p: LimitPolicy, key: LimitedKey, id: string) => limiter.enter({ policy: p, key, id }) as Entry | GatewayError | undefined;
+const enter = (limiter: Limiter, p: LimitPolicy, key: LimitedKey, id: string) => limiter.enter(p, key, id) as Entry | GatewayError | undefined;
 
 describe('Limiter.enter: the key\'s place before the body', () => {
   test('a key without a concurrent limit: nothing asked, nothing held', () => {
     const store = new CountingStore(() => 0);
     const limiter = new Limiter(store, events);
-    assert.equal(limiter.enter({ policy: policy(), key: { name: 'a', limits: { rpm: 5 } }, id: '1' }), undefined);
-    assert.equal(limiter.enter({ policy: policy(), key: { name: 'a' }, id: '1' }), undefined);
+    assert.equal(limiter.enter(policy(), { name: 'a', limits: { rpm: 5 } }, '1'), undefined);
+    assert.equal(limiter.enter(policy(), { name: 'a' }, '1'), undefined);
     assert.equal(store.acquires.length, 0);
   });
 
