@@ -100,9 +100,19 @@ export const errors = {
   modelNotAllowed: (model: string, key: string) => new GatewayError(403, 'permission_error', 'model_not_allowed', `API key "${key}" may not use model "${quoted(model)}"`),
   /** 429: a rate or concurrency limit; `headers` carry Retry-After and the x-ratelimit-* readings. */
   rateLimited: (message: string, headers: Record<string, string>) => new GatewayError(429, 'rate_limit_error', 'rate_limit_exceeded', message, headers),
-  /** 429: the key's budget for the period is spent; no SDK retry (x-should-retry: false) before the period ends. */
-  budgetExceeded: (key: string, usd: number, period: string, headers: Record<string, string>) =>
-    new GatewayError(429, 'insufficient_quota', 'budget_exceeded', `API key "${key}" has spent its budget of $${usd} for this ${period}`, headers),
+  /**
+   * 429: the key's budget for the period is spent, or what is `left` of it is less than this request
+   * may cost (`why`, with what the requests in progress hold); no SDK retry (x-should-retry: false)
+   * before the period ends unless the headers say otherwise.
+   */
+  budgetExceeded: (key: string, usd: number, period: string, headers: Record<string, string>, left?: { amount: string; why: string }) =>
+    new GatewayError(
+      429,
+      'insufficient_quota',
+      'budget_exceeded',
+      left === undefined ? `API key "${key}" has spent its budget of $${usd} for this ${period}` : `API key "${key}" has ${left.amount} left of its budget of $${usd} for this ${period}, ${left.why}`,
+      headers,
+    ),
   limitStoreUnavailable: () => new GatewayError(503, 'server_error', 'limit_store_unavailable', 'the rate limit store cannot be reached and limits.on_store_error is "closed"', { 'retry-after': '1' }),
   bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
   notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${quoted(path)}`),

@@ -3,9 +3,10 @@
 // characters: ESC starts a sequence that can retitle or clear it, move the cursor or rewrite a
 // line already printed, and a C1 control (U+0080–U+009F) can do the same on its own. None is
 // printed raw. The Unicode line separators and the bidirectional overrides are treated alike:
-// they make a line seem to say what it does not.
+// they make a line seem to say what it does not. The logs escape the same characters in what a
+// client sent (telemetry/log-cap.ts).
+import { CONTROL_CHARACTERS as CONTROL, unicodeEscape } from '../api/control-characters.ts';
 
-const CONTROL = '\\u0000-\\u001f\\u007f-\\u009f\\u2028\\u2029\\u200e\\u200f\\u202a-\\u202e\\u2066-\\u2069';
 const CONTROLS = new RegExp(`[${CONTROL}]`, 'g');
 const HAS_CONTROL = new RegExp(`[${CONTROL}]`);
 /** The same but a line feed: a JSON or YAML document keeps its lines. */
@@ -35,5 +36,5 @@ export function printableDeep(value: unknown): unknown {
  * meant, and prints harmlessly. Line feeds are kept (they are the document's own lines).
  */
 export function escapeControls(text: string): string {
-  return text.replace(CONTROLS_BUT_NEWLINE, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`);
+  return text.replace(CONTROLS_BUT_NEWLINE, unicodeEscape);
 }

@@ -417,6 +417,12 @@ const limits = z.strictObject({
   /** Completion tokens reserved for a request that sets no max_tokens (settled with the real usage when it ends). */
   estimate_output_tokens: fromEnv(z.number().int().nonnegative()).default(500),
   /**
+   * Output tokens a request that sets no max_tokens may cost, for its hold on its key's budget while
+   * it runs (priced at its model's output price; replaced by its real cost when it ends): the
+   * default max_tokens the translation to Anthropic's API sends.
+   */
+  budget_hold_output_tokens: fromEnv(z.number().int().nonnegative()).default(4096),
+  /**
    * A client that leaves mid-answer: the answer is read on (and thrown away) this long at most, so
    * that its usage is the provider's; then, or at 0, it is stopped and its usage estimated.
    */

@@ -8,7 +8,8 @@ import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
 import { ClientKeys, type ClientKey } from '../auth/keys.ts';
-import { LimitPolicy, promptEstimate, UNLIMITED, type Limiter } from '../limits/limiter.ts';
+import { LimitPolicy, UNLIMITED, type Limiter } from '../limits/limiter.ts';
+import { promptEstimate } from '../limits/estimates.ts';
 import type { RequestContext } from '../server/context.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
@@ -205,7 +206,20 @@ export class Gateway {
 
   async #forward(ctx: RequestContext, spec: EndpointSpec, routing: Routing, path: string, key: ClientKey): Promise<void> {
     const decision = this.#env.decision;
-    const read = await readBody(ctx.req, routing.bodyLimit);
+    const policy = routing.limits;
+    // A key with a `concurrent` limit takes its place now, before the body: a request whose body is
+    // slow to come is in progress too. Given back if the request ends before its admission.
+    const entering = this.#env.limiter.enter(policy, key, ctx.id);
+    if (entering instanceof GatewayError) return refuseBeforeBody(ctx, decision, entering);
+    // Read while the store answers (workers, Redis): the body does not wait for it.
+    const reading = readBody(ctx.req, routing.bodyLimit);
+    const entry = entering instanceof Promise ? await entering : entering;
+    if (entry instanceof GatewayError) return refuseBeforeBody(ctx, decision, entry);
+    // Settled when the response closes (replaced by the admission's settlement once admitted).
+    if (entry !== undefined) ctx.whenFinished(() => entry.leave());
+    const read = await reading;
+    // The request ended while its body was read (its place is given back): nothing more to do.
+    if (entry?.left) return;
     if (!read.ok) {
       if (read.error) sendError(ctx, decision, read.error);
       return;
@@ -227,15 +241,18 @@ export class Gateway {
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;
     ctx.provider = route.provider;
-    const policy = routing.limits;
     const admitting = this.#env.limiter.admit({
       policy,
       key,
       model: route.entry,
+      requested: model,
+      targets: route.targets,
       generates: spec.endpoint !== 'embeddings' && spec.endpoint !== 'count_tokens',
+      billed: spec.endpoint !== 'count_tokens',
       json: body,
       bodyBytes: read.body.length,
       id: ctx.id,
+      entry,
     });
     const admission = admitting instanceof Promise ? await admitting : admitting;
     if (admission instanceof GatewayError) return sendError(ctx, decision, admission);
@@ -270,3 +287,8 @@ export class Gateway {
   }
 }
 
+/** A refusal before the body was read (the key's place in its `concurrent` limit): the rest of the body is read and dropped. */
+function refuseBeforeBody(ctx: RequestContext, decision: GatewayEnvironment['decision'], error: GatewayError): void {
+  sendError(ctx, decision, error);
+  discardRest(ctx.req);
+}

@@ -84,10 +84,22 @@ export class RealtimeRoute implements UpgradeRoute {
     ctx.servedModel = route.targets[0]!.model ?? route.entry;
     ctx.upstreamModel = route.upstreamModel ?? model;
     // A session is admitted like a request (the key's and the model's requests per minute,
-    // concurrency, tokens, and a budget already spent), holds its place until both sockets close,
-    // and is settled then with the usage of every response.done and its cost.
+    // concurrency, tokens, and its budget: it holds what a request without max_tokens may cost),
+    // holds its place until both sockets close, and is settled then with the usage of every
+    // response.done and its cost. It is served by its route's first target alone.
     const policy = routing.limits;
-    const admitting = this.#env.limiter.admit({ policy, key: auth.key, model: route.entry, generates: true, json: NO_BODY, bodyBytes: 0, id: ctx.id });
+    const admitting = this.#env.limiter.admit({
+      policy,
+      key: auth.key,
+      model: route.entry,
+      requested: model,
+      targets: route.targets.slice(0, 1),
+      generates: true,
+      billed: true,
+      json: NO_BODY,
+      bodyBytes: 0,
+      id: ctx.id,
+    });
     const open = (admission: Admission | GatewayError): void => {
       if (admission instanceof GatewayError) return reject(admission);
       ctx.whenFinished((status) => {
@@ -248,6 +260,8 @@ class RealtimeSession implements ForceEndable {
       const total = (this.#ctx.usage ??= { prompt: 0, completion: 0 });
       total.prompt += usage.prompt;
       total.completion += usage.completion;
+      // Priced at cached_input: a session's cached prompt tokens are summed as its tokens are.
+      if (usage.cached !== undefined) total.cached = (total.cached ?? 0) + usage.cached;
     } catch {
       // Not JSON: relayed as it is.
     }

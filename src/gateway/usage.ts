@@ -37,8 +37,9 @@ export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | 
   const out = into ?? { prompt: 0, completion: 0 };
   if (prompt !== undefined) out.prompt = prompt;
   if (completion !== undefined) out.completion = completion;
-  // Cached prompt tokens: OpenAI's prompt_tokens_details (input_tokens_details in the Responses API), Anthropic's cache fields.
-  const details = (u.prompt_tokens_details ?? u.input_tokens_details) as Json | undefined;
+  // Cached prompt tokens: OpenAI's prompt_tokens_details (input_tokens_details in the Responses API,
+  // input_token_details, "token" singular, in a Realtime response.done), Anthropic's cache fields.
+  const details = (u.prompt_tokens_details ?? u.input_tokens_details ?? u.input_token_details) as Json | undefined;
   const cachedRead = num(u.cache_read_input_tokens) ?? (details !== null && typeof details === 'object' ? num(details.cached_tokens) : undefined);
   if (cachedRead !== undefined) out.cached = cachedRead;
   const written = num(u.cache_creation_input_tokens);

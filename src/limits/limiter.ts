@@ -1,11 +1,14 @@
 // Which limits a request falls under, and the store asked once for all of them. A request that
 // passes holds an Admission: its token reservation, its concurrency lease (renewed while it runs)
-// and its budget, settled with the real usage when it finishes. Settlements that the store could
-// not take are retried, and the drain waits for them (L9) before the store is closed.
+// and its hold on its key's budget (what it may cost, budgets.ts; renewed with the lease), settled
+// with the real usage and cost when it finishes. Settlements that the store could not take are
+// retried, and the drain waits for them (L9) before the store is closed.
 import type { BudgetConfig, Config, LimitsConfig, RateLimits } from '../config/schema.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import type { Usage } from '../server/context.ts';
 import { Prices } from './prices.ts';
+import { budgetPeriod, budgetRefusal, holdMicros } from './budgets.ts';
+import { estimateTokens } from './estimates.ts';
 import { StoreUnavailable, type Ask, type BucketReading, type LimitKind, type LimitStore, type RateBucket, type Renewal, type Settlement, type Verdict } from './store.ts';
 
 export type Scope = 'global' | 'model' | 'key' | 'key_model';
@@ -33,12 +36,32 @@ export interface AdmitRequest {
   readonly key: LimitedKey;
   /** The configured model entry the request matched. */
   readonly model: string;
+  /** The model name the client asked for. */
+  readonly requested: string;
+  /** The route's targets: the model each would be asked for (undefined: the client's name), priced for a budget's hold. */
+  readonly targets: readonly { readonly model: string | undefined }[];
   /** Embeddings and token counts produce no completion tokens. */
   readonly generates: boolean;
+  /** Token counts cost nothing: no hold on a budget. */
+  readonly billed: boolean;
   readonly json: Record<string, unknown>;
   readonly bodyBytes: number;
   /** Unique per request: the lease id. */
   readonly id: string;
+  /** The key's place taken when its key was checked (`enter`), handed to the admission. */
+  readonly entry?: Entry | undefined;
+}
+
+/**
+ * A request's place in its key's `concurrent` limit, taken when its key is checked, before its body
+ * is read (a slow body is a request in progress too): renewed until it is handed to the request's
+ * admission, or given back by `leave()` when the request ends before one.
+ */
+export interface Entry {
+  /** The request ended before its admission: its place is given back (once; nothing once admitted). */
+  leave(): void;
+  /** `leave()` was called: the request must not be admitted. */
+  readonly left: boolean;
 }
 
 export interface LimitEvents {
@@ -63,6 +86,36 @@ export interface Admission {
 }
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+const NOTHING: readonly string[] = Object.freeze([]);
+
+/** An `Entry` as the limiter keeps it: what it holds, until its admission takes it or it is left. */
+class KeyEntry implements Entry {
+  readonly #concurrency: readonly string[];
+  readonly #giveBack: () => void;
+  #state: 'held' | 'taken' | 'left' = 'held';
+
+  constructor(concurrency: readonly string[], giveBack: () => void) {
+    this.#concurrency = concurrency;
+    this.#giveBack = giveBack;
+  }
+
+  get left(): boolean {
+    return this.#state === 'left';
+  }
+
+  leave(): void {
+    if (this.#state !== 'held') return;
+    this.#state = 'left';
+    this.#giveBack();
+  }
+
+  /** The admission takes over what is held (nothing, once left). */
+  take(): readonly string[] {
+    if (this.#state !== 'held') return NOTHING;
+    this.#state = 'taken';
+    return this.#concurrency;
+  }
+}
 
 /** Nothing to take or give back: no limit and no budget applies. */
 export const UNLIMITED: Admission = { headers: NO_HEADERS, finish() {} };
@@ -107,6 +160,8 @@ export class Limiter {
     const modelLimits = own(s.models, model);
     // The common case, nothing to count: no string built, nothing asked of the store.
     if (s.global === undefined && modelLimits === undefined && key.limits === undefined && key.budget === undefined) return UNLIMITED;
+    // The key's place, when its entry holds it: counted already, and the admission's to give back.
+    const entered = request.entry instanceof KeyEntry ? request.entry.take() : NOTHING;
     const scopes: [Scope, string, RateLimits | undefined][] = [
       ['global', 'g', s.global],
       ['model', `m:${model}`, modelLimits],
@@ -120,10 +175,12 @@ export class Limiter {
       if (limits === undefined) continue;
       if (limits.rpm !== undefined) requests.push({ scope, label: id, bucket: { id: `${id}:rpm`, capacity: limits.rpm } });
       if (limits.tpm !== undefined) tokens.push({ scope, label: id, bucket: { id: `${id}:tpm`, capacity: limits.tpm } });
-      if (limits.concurrent !== undefined) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
+      if (limits.concurrent !== undefined && !(scope === 'key' && entered.length > 0)) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
     }
     const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
-    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return UNLIMITED;
+    // What the request may cost, held against the budget while it runs: only a key with a budget pays for pricing it.
+    const hold = budget === undefined ? 0 : holdMicros(request, s.budget_hold_output_tokens);
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined && entered.length === 0) return UNLIMITED;
     // Never more than the smallest bucket it is counted in: a larger reservation passes only when
     // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
     // (the gateway's, the model's) for as long as the request runs, and tell every other key to wait
@@ -135,72 +192,144 @@ export class Limiter {
       cost,
       concurrency: concurrency.map(({ id, max }) => ({ id, max })),
       budgets: budget ? [budget] : [],
+      hold,
       lease: request.id,
       leaseMs: s.lease_secs * 1000,
     };
     this.#leaseMs = ask.leaseMs;
-    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency);
+    // Only the key's place, held already: nothing to ask of the store.
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return this.#admission(request, ask, NO_HEADERS, true, entered);
+    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency, entered);
     let answer: Verdict | Promise<Verdict>;
     try {
       answer = this.#store.acquire(ask);
     } catch (error) {
-      return this.#unavailable(request, ask, error);
+      return this.#unavailable(request, ask, error, entered);
     }
     if (!(answer instanceof Promise)) return decide(answer);
-    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error));
+    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error, entered));
   }
 
-  #decide(request: AdmitRequest, ask: Ask, verdict: Verdict, requests: Applied[], tokens: Applied[], concurrency: { scope: Scope; id: string; max: number }[]): Admission | GatewayError {
-    const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
-    if (!verdict.ok) {
-      const { key } = request;
-      if (verdict.limit === 'budget') {
-        this.#events.refused(key.name, 'key', 'budget');
-        const seconds = Math.max(1, Math.ceil(verdict.retryAfterMs / 1000));
-        return errors.budgetExceeded(key.name, key.budget!.usd, key.budget!.period, { ...headers, 'retry-after': String(seconds), 'x-should-retry': 'false' });
-      }
-      const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
-      const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
-      this.#events.refused(key.name, scope, verdict.limit);
-      const ms = Math.max(1, verdict.retryAfterMs);
-      const what =
-        verdict.limit === 'requests'
-          ? `${refusedBy!.bucket.capacity} requests per minute`
-          : verdict.limit === 'tokens'
-            ? `${refusedBy!.bucket.capacity} tokens per minute (this request reserves ${ask.cost})`
-            : `${concurrency[verdict.index]!.max} concurrent requests`;
-      const message = `Rate limit reached for ${scopeWords(scope, key.name, request.model)}: ${what}. Try again in ${formatDuration(ms)}.`;
-      return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
+  /**
+   * The key's place in its `concurrent` limit, taken when the key is checked, before the body is
+   * read: a request whose body is still coming is in progress too. Undefined (nothing asked, no
+   * promise) for a key without that limit. The place is renewed until `admit` takes it over, or
+   * given back by `leave()`.
+   */
+  enter(policy: LimitPolicy, key: LimitedKey, id: string): Entry | GatewayError | Promise<Entry | GatewayError> | undefined {
+    const max = key.limits?.concurrent;
+    if (max === undefined) return undefined;
+    const s = policy.settings;
+    const limit = { scope: 'key' as const, id: `k:${key.name}:cc`, max };
+    const ask: Ask = { requests: [], tokens: [], cost: 0, concurrency: [{ id: limit.id, max }], budgets: [], hold: 0, lease: id, leaseMs: s.lease_secs * 1000 };
+    this.#leaseMs = ask.leaseMs;
+    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(key.name, id, [limit.id]) : this.#refused(key, '', ask, verdict, NO_HEADERS, [], [], [limit]));
+    const unavailable = (error: unknown): Entry | GatewayError => {
+      if (!(error instanceof StoreUnavailable)) throw error;
+      const open = s.on_store_error === 'open';
+      this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
+      // Open: nothing held; the admission asks for the key's place with the rest.
+      return open ? this.#entry(key.name, id, NOTHING) : errors.limitStoreUnavailable();
+    };
+    let answer: Verdict | Promise<Verdict>;
+    try {
+      answer = this.#store.acquire(ask);
+    } catch (error) {
+      return unavailable(error);
     }
-    return this.#admission(request, ask, headers, true);
+    if (!(answer instanceof Promise)) return decide(answer);
+    return answer.then(decide, unavailable);
+  }
+
+  /** An entry holding `concurrency` (none: the store was away), renewed until taken or left. */
+  #entry(key: string, lease: string, concurrency: readonly string[]): KeyEntry {
+    if (concurrency.length > 0) this.#hold({ lease, concurrency, holds: [], hold: 0 });
+    return new KeyEntry(concurrency, () => this.#leave(key, lease, concurrency));
+  }
+
+  /** A place given back without an admission: the request ended first, or its admission was refused. */
+  #leave(key: string, lease: string, concurrency: readonly string[]): void {
+    if (concurrency.length === 0) return;
+    this.#release(lease);
+    this.#settle({ key, used: 0, tokens: [], refund: 0, concurrency, lease, spend: [], holds: [], hold: 0 });
+  }
+
+  #decide(
+    request: AdmitRequest,
+    ask: Ask,
+    verdict: Verdict,
+    requests: Applied[],
+    tokens: Applied[],
+    concurrency: { scope: Scope; id: string; max: number }[],
+    entered: readonly string[],
+  ): Admission | GatewayError {
+    const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
+    if (verdict.ok) return this.#admission(request, ask, headers, true, entered);
+    this.#leave(request.key.name, ask.lease, entered);
+    return this.#refused(request.key, request.model, ask, verdict, headers, requests, tokens, concurrency);
+  }
+
+  #refused(
+    key: LimitedKey,
+    model: string,
+    ask: Ask,
+    verdict: Extract<Verdict, { ok: false }>,
+    headers: Readonly<Record<string, string>>,
+    requests: Applied[],
+    tokens: Applied[],
+    concurrency: readonly { scope: Scope; id: string; max: number }[],
+  ): GatewayError {
+    if (verdict.limit === 'budget') {
+      this.#events.refused(key.name, 'key', 'budget');
+      return budgetRefusal(key.name, key.budget!, ask, verdict, headers);
+    }
+    const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
+    const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
+    this.#events.refused(key.name, scope, verdict.limit);
+    const ms = Math.max(1, verdict.retryAfterMs);
+    const what =
+      verdict.limit === 'requests'
+        ? `${refusedBy!.bucket.capacity} requests per minute`
+        : verdict.limit === 'tokens'
+          ? `${refusedBy!.bucket.capacity} tokens per minute (this request reserves ${ask.cost})`
+          : `${concurrency[verdict.index]!.max} concurrent requests`;
+    const message = `Rate limit reached for ${scopeWords(scope, key.name, model)}: ${what}. Try again in ${formatDuration(ms)}.`;
+    return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
   }
 
   /** The store did not answer: on_store_error says whether the request goes on (uncounted, its spend still recorded) or is refused. */
-  #unavailable(request: AdmitRequest, ask: Ask, error: unknown): Admission | GatewayError {
+  #unavailable(request: AdmitRequest, ask: Ask, error: unknown, entered: readonly string[]): Admission | GatewayError {
     if (!(error instanceof StoreUnavailable)) throw error;
     const open = request.policy.settings.on_store_error === 'open';
     this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
-    if (!open) return errors.limitStoreUnavailable();
-    return this.#admission(request, ask, NO_HEADERS, false);
+    if (!open) {
+      this.#leave(request.key.name, ask.lease, entered);
+      return errors.limitStoreUnavailable();
+    }
+    return this.#admission(request, ask, NO_HEADERS, false, entered);
   }
 
-  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean): Admission {
-    const concurrency = taken ? ask.concurrency.map((c) => c.id) : [];
-    if (concurrency.length > 0) this.#hold(ask.lease, concurrency);
+  /** `entered`: the key's place its entry held, given back with the rest. */
+  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean, entered: readonly string[]): Admission {
+    const acquired = taken ? ask.concurrency.map((c) => c.id) : [];
+    const concurrency = entered.length === 0 ? acquired : [...entered, ...acquired];
+    const holds = taken && ask.hold > 0 ? ask.budgets.map((b) => b.id) : [];
+    const renewed = concurrency.length > 0 || holds.length > 0;
+    if (renewed) this.#hold({ lease: ask.lease, concurrency, holds, hold: ask.hold });
     let done = false;
     return {
       headers,
       finish: (usage, costMicros, answered) => {
         if (done) return;
         done = true;
-        if (concurrency.length > 0) this.#release(ask.lease);
+        if (renewed) this.#release(ask.lease);
         // Unknown usage: an answer that went out keeps its reservation; a failure gives it back.
         const used = usage ? usage.prompt + usage.completion : answered ? ask.cost : 0;
         const spend = ask.budgets.length > 0 && costMicros !== undefined && costMicros > 0 ? ask.budgets.map((b) => ({ id: b.id, micros: costMicros, resetAt: b.resetAt })) : [];
         const tokens = taken ? ask.tokens : [];
         const refund = tokens.length > 0 ? ask.cost - used : 0;
-        if (refund === 0 && concurrency.length === 0 && spend.length === 0) return;
-        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend });
+        if (refund === 0 && !renewed && spend.length === 0) return;
+        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend, holds, hold: ask.hold });
       },
     };
   }
@@ -250,8 +379,9 @@ export class Limiter {
     this.#events.notCommitted(s.key, s.used, s.spend[0]?.micros ?? 0);
   }
 
-  #hold(lease: string, concurrency: readonly string[]): void {
-    this.#held.set(lease, { lease, concurrency });
+  /** A lease (in concurrency limits, of holds on budgets) renewed until its request ends. */
+  #hold(renewal: Renewal): void {
+    this.#held.set(renewal.lease, renewal);
     if (this.#renewTimer === undefined) {
       const every = Math.max(50, Math.floor(this.#leaseMs / 3));
       this.#renewTimer = setInterval(() => this.#renew(), every).unref();
@@ -311,50 +441,10 @@ function own(map: Readonly<Record<string, RateLimits>> | undefined, model: strin
   return map !== undefined && Object.hasOwn(map, model) ? map[model] : undefined;
 }
 
-/** The prompt's tokens estimated from the request body's size: 4 bytes a token. */
-export function promptEstimate(bodyBytes: number): number {
-  return Math.ceil(bodyBytes / 4);
-}
-
 function smallestCapacity(applied: readonly Applied[]): number {
   let smallest = Infinity;
   for (const a of applied) smallest = Math.min(smallest, a.bucket.capacity);
   return smallest;
-}
-
-/** The most choices a request is reserved for: OpenAI's own bound on `n`. */
-const MAX_CHOICES = 128;
-
-/**
- * The token reservation: the prompt estimated from the body's size (4 bytes a token), plus the
- * completion's maximum for each choice the provider generates (`n`, or `best_of` on completions,
- * which generates that many and returns the best: every one is billed).
- */
-export function estimateTokens(request: Pick<AdmitRequest, 'json' | 'bodyBytes' | 'generates'>, defaultOutput: number): number {
-  const prompt = promptEstimate(request.bodyBytes);
-  if (!request.generates) return prompt;
-  const j = request.json;
-  const max = j.max_completion_tokens ?? j.max_tokens ?? j.max_output_tokens;
-  const output = typeof max === 'number' && Number.isFinite(max) && max >= 0 ? Math.min(Math.floor(max), 10_000_000) : defaultOutput;
-  return prompt + output * Math.max(choices(j.n), choices(j.best_of));
-}
-
-/** A count of choices as a client may send it: a whole number from 1 (anything else is 1) to MAX_CHOICES. */
-function choices(value: unknown): number {
-  return typeof value === 'number' && Number.isFinite(value) && value >= 1 ? Math.min(Math.floor(value), MAX_CHOICES) : 1;
-}
-
-/** A key's budget for the period `now` is in (UTC calendar day or month). */
-export function budgetPeriod(key: string, budget: BudgetConfig, now: number): { id: string; maxMicros: number; resetAt: number } {
-  const d = new Date(now);
-  const y = d.getUTCFullYear();
-  const m = d.getUTCMonth();
-  const month = `${y}-${String(m + 1).padStart(2, '0')}`;
-  if (budget.period === 'day') {
-    const day = `${month}-${String(d.getUTCDate()).padStart(2, '0')}`;
-    return { id: `${key}:${day}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m, d.getUTCDate() + 1) };
-  }
-  return { id: `${key}:${month}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m + 1, 1) };
 }
 
 function scopeWords(scope: Scope, key: string, model: string): string {

@@ -5,8 +5,8 @@
 // A hot restart carries the counters to the next generation (E7): the old one's `snapshot()` at the
 // hand-over starts the new one's store, and from then on every change the old one makes (what it
 // still admits, settles and renews while it serves and drains) is given to its `follower` and
-// applied to the new one's store (`apply`): spend, buckets and the leases of its requests in flight
-// end up there as they would have in one store.
+// applied to the new one's store (`apply`): spend, buckets, the leases of its requests in flight and
+// their holds on the budgets end up there as they would have in one store.
 import { admits, fullInMs, levelAt, waitMs, type BucketState } from './bucket.ts';
 import type { Ask, BucketReading, LimitStore, Renewal, Settlement, Verdict } from './store.ts';
 
@@ -18,11 +18,13 @@ export interface MemoryState {
   spent: [string, number, number][];
   /** Concurrency limit id, lease id, held until (epoch ms). */
   leases: [string, string, number][];
+  /** Budget id, lease id, micro-dollars held, held until (epoch ms). Absent in a state an older version sent. */
+  holds?: [string, string, number, number][];
 }
 
 /** One change a store made, to make in another (a hot restart's next generation). */
 export type MemoryChange =
-  /** An acquire that was let through: what it took (budgets are only checked, never taken). */
+  /** An acquire that was let through: what it took (of a budget, its hold). */
   | { op: 'take'; ask: Ask }
   | { op: 'settle'; settlement: Settlement }
   | { op: 'renew'; renewals: readonly Renewal[]; leaseMs: number };
@@ -47,6 +49,8 @@ export class MemoryStore implements LimitStore {
   readonly #buckets = new Map<string, BucketState & { capacity: number }>();
   readonly #leases = new Map<string, Map<string, number>>();
   readonly #spent = new Map<string, { micros: number; resetAt: number }>();
+  /** Per budget: what each request in progress holds against it (its lease's), until when. */
+  readonly #holds = new Map<string, Map<string, { micros: number; until: number }>>();
   readonly #now: () => number;
   #swept: number;
   #follower: MemoryFollower | undefined;
@@ -62,10 +66,13 @@ export class MemoryStore implements LimitStore {
   snapshot(): MemoryState {
     const leases: MemoryState['leases'] = [];
     for (const [id, held] of this.#leases) for (const [lease, until] of held) leases.push([id, lease, until]);
+    const holds: NonNullable<MemoryState['holds']> = [];
+    for (const [id, held] of this.#holds) for (const [lease, h] of held) holds.push([id, lease, h.micros, h.until]);
     return {
       buckets: [...this.#buckets].map(([id, b]) => [id, b.level, b.at, b.capacity]),
       spent: [...this.#spent].map(([id, e]) => [id, e.micros, e.resetAt]),
       leases,
+      holds,
     };
   }
 
@@ -94,17 +101,23 @@ export class MemoryStore implements LimitStore {
     const requestLevels = levels(ask.requests);
     const tokenLevels = levels(ask.tokens);
     const readings = (buckets: Ask['requests'], at: number[]): BucketReading[] => buckets.map((b, i) => ({ remaining: Math.max(0, Math.floor(at[i]!)), fullInMs: fullInMs(at[i]!, b.capacity) }));
-    const refuse = (limit: 'requests' | 'tokens' | 'concurrent' | 'budget', index: number, retryAfterMs: number): Verdict => ({
+    const refuse = (limit: 'requests' | 'tokens' | 'concurrent' | 'budget', index: number, retryAfterMs: number, money?: { spent: number; held: number }): Verdict => ({
       ok: false,
       limit,
       index,
       retryAfterMs,
       requests: readings(ask.requests, requestLevels),
       tokens: readings(ask.tokens, tokenLevels),
+      ...money,
     });
     for (let i = 0; i < ask.budgets.length; i++) {
       const budget = ask.budgets[i]!;
-      if ((this.#spent.get(budget.id)?.micros ?? 0) >= budget.maxMicros) return refuse('budget', i, Math.max(0, budget.resetAt - now));
+      const spent = this.#spent.get(budget.id)?.micros ?? 0;
+      const wait = Math.max(0, budget.resetAt - now);
+      if (spent >= budget.maxMicros) return refuse('budget', i, wait, { spent, held: 0 });
+      if (ask.hold === 0) continue;
+      const held = this.#heldOn(budget.id, now);
+      if (spent + held + ask.hold > budget.maxMicros) return refuse('budget', i, wait, { spent, held });
     }
     for (let i = 0; i < ask.requests.length; i++) {
       if (!admits(requestLevels[i]!, ask.requests[i]!.capacity, 1)) return refuse('requests', i, waitMs(requestLevels[i]!, ask.requests[i]!.capacity, 1));
@@ -136,6 +149,13 @@ export class MemoryStore implements LimitStore {
       if (!held) this.#leases.set(limit.id, (held = new Map()));
       held.set(ask.lease, now + ask.leaseMs);
     }
+    if (ask.hold > 0) {
+      for (const budget of ask.budgets) {
+        let held = this.#holds.get(budget.id);
+        if (!held) this.#holds.set(budget.id, (held = new Map()));
+        held.set(ask.lease, { micros: ask.hold, until: now + ask.leaseMs });
+      }
+    }
   }
 
   settle(s: Settlement): void {
@@ -153,10 +173,16 @@ export class MemoryStore implements LimitStore {
       if (entry) entry.micros += micros;
       else this.#spent.set(id, { micros, resetAt });
     }
+    // `?? []`: a settlement an older version's generation sent has no holds.
+    for (const id of s.holds ?? []) {
+      const held = this.#holds.get(id);
+      held?.delete(s.lease);
+      if (held?.size === 0) this.#holds.delete(id);
+    }
     this.#follower?.change({ op: 'settle', settlement: s });
   }
 
-  /** Moves on the leases still held; one already expired stays expired (its place may have been given away). */
+  /** Moves on the leases and holds still held; one already expired stays expired (its place may have been given away). */
   renew(renewals: readonly Renewal[], leaseMs: number): void {
     const now = this.#now();
     const until = now + leaseMs;
@@ -165,12 +191,22 @@ export class MemoryStore implements LimitStore {
         const held = this.#leases.get(id);
         if (held !== undefined && (held.get(r.lease) ?? 0) > now) held.set(r.lease, until);
       }
+      for (const id of r.holds ?? []) {
+        const hold = this.#holds.get(id)?.get(r.lease);
+        if (hold !== undefined && hold.until > now) hold.until = until;
+      }
     }
     this.#follower?.change({ op: 'renew', renewals, leaseMs });
   }
 
   async spent(ids: readonly string[]): Promise<number[]> {
     return ids.map((id) => this.#spent.get(id)?.micros ?? 0);
+  }
+
+  /** Micro-dollars held against each budget by the requests in progress (for tests). */
+  async held(ids: readonly string[]): Promise<number[]> {
+    const now = this.#now();
+    return ids.map((id) => this.#heldOn(id, now));
   }
 
   /** The last changes reach the follower (bounded): a generation that exits leaves its usage counted. */
@@ -194,6 +230,25 @@ export class MemoryStore implements LimitStore {
       if (!held) this.#leases.set(id, (held = new Map()));
       held.set(lease, until);
     }
+    for (const [id, lease, micros, until] of Array.isArray(state.holds) ? state.holds : []) {
+      if (!text(id) || !text(lease) || !finite(micros, until)) continue;
+      let held = this.#holds.get(id);
+      if (!held) this.#holds.set(id, (held = new Map()));
+      held.set(lease, { micros, until });
+    }
+  }
+
+  /** What the requests in progress hold against a budget, the expired holds dropped (a process that died holding them). */
+  #heldOn(id: string, now: number): number {
+    const held = this.#holds.get(id);
+    if (!held) return 0;
+    let total = 0;
+    for (const [lease, hold] of held) {
+      if (hold.until <= now) held.delete(lease);
+      else total += hold.micros;
+    }
+    if (held.size === 0) this.#holds.delete(id);
+    return total;
   }
 
   /** A limit's leases, the expired ones dropped (a process that died holding them). */
@@ -211,5 +266,6 @@ export class MemoryStore implements LimitStore {
     for (const [id, state] of this.#buckets) if (levelAt(state, state.capacity, now) >= state.capacity) this.#buckets.delete(id);
     for (const [id, entry] of this.#spent) if (now > entry.resetAt + BUDGET_KEEP_MS) this.#spent.delete(id);
     for (const id of [...this.#leases.keys()]) if (this.#live(id, now)?.size === 0) this.#leases.delete(id);
+    for (const id of [...this.#holds.keys()]) this.#heldOn(id, now);
   }
 }

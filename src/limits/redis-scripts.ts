@@ -23,23 +23,25 @@ end
 `;
 
 /**
- * KEYS: request buckets, token buckets, concurrency sets, budget counters.
- * ARGV: nR, nT, nC, nB, cost, lease, leaseMs, bucket capacities (R then T), concurrency maxima,
- * budget maxima (micro-dollars), budget reset times (epoch ms).
- * Returns {ok, kind (1 requests, 2 tokens, 3 concurrent, 4 budget), index, retryAfterMs,
- * then remaining and ms-to-full for each bucket}.
+ * KEYS: request buckets, token buckets, concurrency sets, budget counters, then each budget's holds
+ * (a sorted set of "lease|micro-dollars" members scored by their expiry, as the concurrency leases).
+ * ARGV: nR, nT, nC, nB, cost, lease, leaseMs, hold (micro-dollars, a whole number), bucket
+ * capacities (R then T), concurrency maxima, budget maxima (micro-dollars), budget reset times
+ * (epoch ms).
+ * Returns {ok, kind (1 requests, 2 tokens, 3 concurrent, 4 budget), index, retryAfterMs, a
+ * budget's spent and held micro-dollars (0 otherwise), then remaining and ms-to-full for each bucket}.
  */
 export const ACQUIRE = `${PRELUDE}
 local nR, nT, nC, nB = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local cost, lease, leaseMs = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local a = 8
+local cost, lease, leaseMs, hold = tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), tonumber(ARGV[8])
+local a = 9
 local levels, caps = {}, {}
 for i = 1, nR + nT do
   caps[i] = tonumber(ARGV[a + i - 1])
   levels[i] = level(KEYS[i], caps[i])
 end
-local function answer(ok, kind, index, wait)
-  local out = {ok, kind, index, wait}
+local function answer(ok, kind, index, wait, spent, held)
+  local out = {ok, kind, index, wait, spent or 0, held or 0}
   for i = 1, nR + nT do
     out[#out + 1] = math.floor(math.max(0, levels[i]))
     out[#out + 1] = full(levels[i], caps[i])
@@ -51,10 +53,22 @@ local function waitFor(l, cap, c)
   if need <= 0 then return 0 end
   return math.ceil(need * 60000 / cap)
 end
+local function heldOn(key)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+  local total = 0
+  for _, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    total = total + (tonumber(string.match(member, '|(%d+)$')) or 0)
+  end
+  return total
+end
 for j = 1, nB do
   local spent = tonumber(redis.call('GET', KEYS[nR + nT + nC + j]) or '0')
-  if spent >= tonumber(ARGV[a + nR + nT + nC + j - 1]) then
-    return answer(0, 4, j - 1, math.max(0, tonumber(ARGV[a + nR + nT + nC + nB + j - 1]) - now))
+  local max = tonumber(ARGV[a + nR + nT + nC + j - 1])
+  local wait = math.max(0, tonumber(ARGV[a + nR + nT + nC + nB + j - 1]) - now)
+  if spent >= max then return answer(0, 4, j - 1, wait, spent, 0) end
+  if hold > 0 then
+    local held = heldOn(KEYS[nR + nT + nC + nB + j])
+    if spent + held + hold > max then return answer(0, 4, j - 1, wait, spent, held) end
   end
 end
 for i = 1, nR do
@@ -79,20 +93,27 @@ for k = 1, nC do
   redis.call('ZADD', key, now + leaseMs, lease)
   redis.call('PEXPIRE', key, leaseMs * 2)
 end
+if hold > 0 then
+  for j = 1, nB do
+    local key = KEYS[nR + nT + nC + nB + j]
+    redis.call('ZADD', key, now + leaseMs, lease .. '|' .. ARGV[8])
+    redis.call('PEXPIRE', key, leaseMs * 2)
+  end
+end
 return answer(1, 0, 0, 0)
 `;
 
 /**
- * KEYS: token buckets, concurrency sets, budget counters, then the lease's "settled" marker.
- * ARGV: nT, nC, nS, refund, lease, token bucket capacities, spend (micro-dollars) per counter,
- * each counter's expiry (epoch ms). Runs once per lease: a settlement sent again within two minutes
-(its answer was lost) changes nothing.
+ * KEYS: token buckets, concurrency sets, budget counters, budget holds, then the lease's "settled"
+ * marker. ARGV: nT, nC, nS, nH, refund, lease, the hold's member ("lease|micro-dollars"), token
+ * bucket capacities, spend (micro-dollars) per counter, each counter's expiry (epoch ms). Runs once
+ * per lease: a settlement sent again within two minutes (its answer was lost) changes nothing.
  */
 export const SETTLE = `${PRELUDE}
-local nT, nC, nS = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local refund, lease = tonumber(ARGV[4]), ARGV[5]
-local a = 6
-if redis.call('SET', KEYS[nT + nC + nS + 1], '1', 'NX', 'PX', 120000) == false then return 0 end
+local nT, nC, nS, nH = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local refund, lease, held = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local a = 8
+if redis.call('SET', KEYS[nT + nC + nS + nH + 1], '1', 'NX', 'PX', 120000) == false then return 0 end
 if refund ~= 0 then
   for i = 1, nT do
     local cap = tonumber(ARGV[a + i - 1])
@@ -105,10 +126,14 @@ for j = 1, nS do
   redis.call('INCRBY', key, ARGV[a + nT + j - 1])
   redis.call('PEXPIREAT', key, ARGV[a + nT + nS + j - 1])
 end
+for h = 1, nH do redis.call('ZREM', KEYS[nT + nC + nS + h], held) end
 return 1
 `;
 
-/** KEYS: concurrency sets; ARGV: leaseMs, then the lease held in each set. A lease already gone stays gone (XX). */
+/**
+ * KEYS: concurrency sets and budget holds; ARGV: leaseMs, then the member held in each set (the
+ * lease; a hold's "lease|micro-dollars"). A lease or hold already gone stays gone (XX).
+ */
 export const RENEW = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)

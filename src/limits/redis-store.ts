@@ -3,7 +3,7 @@
 // Redis is away (no offline queue, a command timeout): the limiter then does what on_store_error says.
 import { Redis } from 'ioredis';
 import { ACQUIRE, RENEW, SETTLE } from './redis-scripts.ts';
-import { StoreUnavailable, type Ask, type BucketReading, type LimitKind, type LimitStore, type Renewal, type Settlement, type Verdict } from './store.ts';
+import { holdMember, StoreUnavailable, type Ask, type BucketReading, type LimitKind, type LimitStore, type Renewal, type Settlement, type Verdict } from './store.ts';
 
 export interface RedisSettings {
   readonly url: string;
@@ -66,6 +66,7 @@ export class RedisStore implements LimitStore {
       ...ask.tokens.map((b) => `${p}rl:${b.id}`),
       ...ask.concurrency.map((c) => `${p}cc:${c.id}`),
       ...ask.budgets.map((b) => `${p}sp:${b.id}`),
+      ...ask.budgets.map((b) => `${p}sh:${b.id}`),
     ];
     const args = [
       ask.requests.length,
@@ -75,6 +76,7 @@ export class RedisStore implements LimitStore {
       ask.cost,
       ask.lease,
       ask.leaseMs,
+      ask.hold,
       ...ask.requests.map((b) => b.capacity),
       ...ask.tokens.map((b) => b.capacity),
       ...ask.concurrency.map((c) => c.max),
@@ -87,16 +89,35 @@ export class RedisStore implements LimitStore {
       for (let i = 0; i < count; i++) out.push({ remaining: Number(reply[from + 2 * i]), fullInMs: Number(reply[from + 2 * i + 1]) });
       return out;
     };
-    const requests = readings(4, ask.requests.length);
-    const tokens = readings(4 + 2 * ask.requests.length, ask.tokens.length);
+    const requests = readings(6, ask.requests.length);
+    const tokens = readings(6 + 2 * ask.requests.length, ask.tokens.length);
     if (Number(reply[0]) === 1) return { ok: true, requests, tokens };
-    return { ok: false, limit: KINDS[Number(reply[1])]!, index: Number(reply[2]), retryAfterMs: Number(reply[3]), requests, tokens };
+    const limit = KINDS[Number(reply[1])]!;
+    const money = limit === 'budget' ? { spent: Number(reply[4]), held: Number(reply[5]) } : {};
+    return { ok: false, limit, index: Number(reply[2]), retryAfterMs: Number(reply[3]), requests, tokens, ...money };
   }
 
   async settle(s: Settlement): Promise<void> {
     const p = this.#prefix;
-    const keys = [...s.tokens.map((b) => `${p}rl:${b.id}`), ...s.concurrency.map((id) => `${p}cc:${id}`), ...s.spend.map((x) => `${p}sp:${x.id}`), `${p}settled:${s.lease}`];
-    const args = [s.tokens.length, s.concurrency.length, s.spend.length, s.refund, s.lease, ...s.tokens.map((b) => b.capacity), ...s.spend.map((x) => x.micros), ...s.spend.map((x) => x.resetAt + 24 * 3600_000)];
+    const keys = [
+      ...s.tokens.map((b) => `${p}rl:${b.id}`),
+      ...s.concurrency.map((id) => `${p}cc:${id}`),
+      ...s.spend.map((x) => `${p}sp:${x.id}`),
+      ...s.holds.map((id) => `${p}sh:${id}`),
+      `${p}settled:${s.lease}`,
+    ];
+    const args = [
+      s.tokens.length,
+      s.concurrency.length,
+      s.spend.length,
+      s.holds.length,
+      s.refund,
+      s.lease,
+      holdMember(s.lease, s.hold),
+      ...s.tokens.map((b) => b.capacity),
+      ...s.spend.map((x) => x.micros),
+      ...s.spend.map((x) => x.resetAt + 24 * 3600_000),
+    ];
     await this.#call(() => this.#redis.sluiceSettle(keys.length, ...keys, ...args));
   }
 
@@ -107,6 +128,10 @@ export class RedisStore implements LimitStore {
       for (const id of r.concurrency) {
         keys.push(`${this.#prefix}cc:${id}`);
         leases.push(r.lease);
+      }
+      for (const id of r.holds) {
+        keys.push(`${this.#prefix}sh:${id}`);
+        leases.push(holdMember(r.lease, r.hold));
       }
     }
     if (keys.length === 0) return;

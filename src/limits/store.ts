@@ -29,11 +29,22 @@ export interface Ask {
   readonly tokens: readonly RateBucket[];
   readonly cost: number;
   readonly concurrency: readonly ConcurrencyLimit[];
+  /**
+   * Each is checked: refused once spent, or when what is spent, what the requests in progress hold
+   * and `hold` would pass it; then `hold` is held against it until the settlement.
+   */
   readonly budgets: readonly BudgetLimit[];
-  /** The request's lease id in every concurrency limit. */
+  /** Micro-dollars held against each budget while the request runs (what it may cost); 0: nothing. */
+  readonly hold: number;
+  /** The request's lease id in every concurrency limit, and of its hold on each budget. */
   readonly lease: string;
-  /** How long the lease lasts unless renewed, ms. */
+  /** How long the lease (and the hold) lasts unless renewed, ms. */
   readonly leaseMs: number;
+}
+
+/** A hold as a member of a budget's set of holds in Redis: the lease and the micro-dollars it holds. */
+export function holdMember(lease: string, hold: number): string {
+  return `${lease}|${hold}`;
 }
 
 /** A bucket as the request leaves it (after taking, or as it was when refused). */
@@ -54,6 +65,9 @@ export type Verdict =
       readonly retryAfterMs: number;
       readonly requests: readonly BucketReading[];
       readonly tokens: readonly BucketReading[];
+      /** A budget's refusal: the micro-dollars spent, and held by the requests in progress (for the answer's words). */
+      readonly spent?: number;
+      readonly held?: number;
     };
 
 /** What a finished request gives back or adds. */
@@ -67,12 +81,17 @@ export interface Settlement {
   readonly concurrency: readonly string[];
   readonly lease: string;
   readonly spend: readonly { readonly id: string; readonly micros: number; readonly resetAt: number }[];
+  /** Budgets whose hold of `hold` micro-dollars by this lease ends (the spend replaces it). */
+  readonly holds: readonly string[];
+  readonly hold: number;
 }
 
-/** Leases still in use: their expiry moves on. */
+/** Leases still in use: their expiry moves on, in each concurrency limit and of each budget's hold. */
 export interface Renewal {
   readonly concurrency: readonly string[];
   readonly lease: string;
+  readonly holds: readonly string[];
+  readonly hold: number;
 }
 
 export interface LimitStore {

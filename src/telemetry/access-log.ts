@@ -2,9 +2,9 @@
 import type { Logger } from 'pino';
 import { writeInfo } from './logger.ts';
 import type { Metrics } from './metrics.ts';
-import { capClientFields, LOG_VALUE_MAX } from './log-cap.ts';
+import { capClientFields, needsCare } from './log-cap.ts';
 
-/** The fields of an access line that a client chose: each cut to a bounded length (log-cap.ts). */
+/** The fields of an access line that a client chose: each cut to a bounded length, its raw control characters escaped (log-cap.ts). */
 const CLIENT_FIELDS = ['method', 'path', 'model', 'downstream_request_id'] as const;
 
 /** One upstream attempt, as the access line lists it when a request made more than one. */
@@ -97,9 +97,9 @@ export class AccessLog {
       usage_estimated: r.usage?.estimated || undefined,
       cost_usd: r.costMicros === undefined ? undefined : r.costMicros / 1e6,
     };
-    // The usual line has nothing to cut: four length comparisons, and the generic pass only when one is long.
-    const long = r.model.length > LOG_VALUE_MAX || r.path.length > LOG_VALUE_MAX || r.method.length > LOG_VALUE_MAX || (r.downstreamRequestId?.length ?? 0) > LOG_VALUE_MAX;
-    writeInfo(this.#logger, long ? capClientFields(line, CLIENT_FIELDS) : line);
+    // The usual line has nothing to cut or escape: a test of each value, and the generic pass only when one needs it.
+    const careful = needsCare(r.model) || needsCare(r.path) || needsCare(r.method) || (r.downstreamRequestId !== undefined && needsCare(r.downstreamRequestId));
+    writeInfo(this.#logger, careful ? capClientFields(line, CLIENT_FIELDS) : line);
   }
 }
 

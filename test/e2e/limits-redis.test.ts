@@ -124,7 +124,7 @@ describe('limits shared through Redis', { skip }, () => {
   });
 
   test('a budget: spend in Redis from JSON answers and streams; spent, a 429 in both API shapes, no SDK retry', async () => {
-    const key = { name: 'budgeted', key: 'sk-budgeted-0000000001', budget: { usd: 0.05, period: 'month' } };
+    const key = { name: 'budgeted', key: 'sk-budgeted-0000000001', budget: { usd: 0.065, period: 'month' } };
     const [a, b] = await Promise.all([gateway([key]), gateway([key])]);
     assert.equal((await chat(a, key.key)).status, 200);
     // A stream whose client did not ask for usage: the gateway asks for it, counts it, and hides it.
@@ -133,7 +133,8 @@ describe('limits shared through Redis', { skip }, () => {
     assert.doesNotMatch(await stream.text(), /"usage"/);
     const month = new Date().toISOString().slice(0, 7);
     await eventually(async () => (await redis.cli('GET', `test:sp:budgeted:${month}`)) === '"36000"', 5000, 'two requests of $0.018 in Redis');
-    // The mock's Anthropic usage is 10 + 6 tokens: $0.016, and $0.052 in all: over the budget from now on.
+    // The mock's Anthropic usage is 10 + 6 tokens: $0.016, and $0.052 in all. Each request may cost
+    // $0.024 or $0.025 (its prompt, body / 4, and max_tokens 4, at $1,000 a million): over the budget from now on.
     assert.equal((await message(a, key.key)).status, 200);
     await eventually(async () => (await redis.cli('GET', `test:sp:budgeted:${month}`)) === '"52000"', 5000, 'three requests in Redis');
     const openai = await chat(b, key.key);
@@ -143,7 +144,7 @@ describe('limits shared through Redis', { skip }, () => {
     const error = assertOpenAiError(await openai.text(), 'budget');
     assert.equal(error.code, 'budget_exceeded');
     assert.equal(error.type, 'insufficient_quota');
-    assert.match(error.message, /"budgeted" has spent its budget of \$0.05 for this month/);
+    assert.match(error.message, /"budgeted" has \$0\.013 left of its budget of \$0\.065 for this month, and this request may cost up to \$0\.024 \(its prompt, and its max_tokens/);
     const anthropic = await message(a, key.key);
     assert.equal(anthropic.status, 429);
     assert.equal(assertAnthropicError(await anthropic.text(), 'budget').type, 'rate_limit_error');

@@ -39,7 +39,7 @@ const config = (rpm: number) => ({
     { name: 'rpm-key', key: RPM, limits: { rpm } },
     { name: 'conc-key', key: CONC, limits: { concurrent: 1 } },
     { name: 'tpm-key', key: TPM, limits: { tpm: 1000 } },
-    { name: 'budget-key', key: BUDGET, budget: { usd: 0.000001, period: 'day' } },
+    { name: 'budget-key', key: BUDGET, budget: { usd: 0.00004, period: 'day' } },
   ],
   prices: { 'mock-gpt': { input: 1, output: 1 } },
   reload: { watch: false },
@@ -142,8 +142,9 @@ describe('limits in memory', () => {
 describe('the official SDKs and a spent budget', () => {
   test('the openai and anthropic SDKs, with their default retries, send a spent budget\'s request once (x-should-retry: false) and raise their rate-limit error', { timeout: 30_000 }, async () => {
     // (Without x-should-retry the SDKs wait the Retry-After, the rest of the day: the test times out.)
-    // One request spends more than the budget ($0.000018 of $0.000001): from then on, refused.
-    assert.equal((await chat(BUDGET)).status, 200);
+    // One request (which may cost $0.00003: body / 4 and max_tokens 10, which fits) spends more than
+    // the budget ($0.00005 of $0.00004): from then on, refused.
+    assert.equal((await chat(BUDGET, {}, mockHeader({ usage: { prompt: 10, completion: 40 } }))).status, 200);
     const refusals = () => gw.logs.filter((l) => l.event === 'access' && l.key_name === 'budget-key' && l.status === 429).length;
     const before = refusals();
     const openai = new OpenAI({ baseURL: `${gw.proxyUrl}/v1`, apiKey: BUDGET });

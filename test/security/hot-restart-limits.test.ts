@@ -5,7 +5,7 @@
 // workers the supervisor holds the store, and carries it the same way.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { eventually, signalOwn, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { eventually, startGateway, stopWithGenerations, type GatewayProcess } from '../support/gateway-process.ts';
 import { mockHeader, startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 import { httpRequest, type RawResponse } from '../support/http.ts';
 
@@ -21,18 +21,9 @@ before(async () => {
   mock = await startMockUpstream({ record: false });
 });
 after(async () => {
-  for (const gw of gateways) await stopAll(gw);
+  for (const gw of gateways) await stopWithGenerations(gw);
   await mock?.close();
 });
-
-/** The keeper is SIGKILLed by `stop()`; its generations (their own process groups) are ended here. */
-async function stopAll(gw: GatewayProcess): Promise<void> {
-  for (const line of gw.logs) {
-    const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : line.event === 'ready' && line.generation === 1 ? Number(line.pid) : 0;
-    if (pid) signalOwn(pid, 'SIGKILL', gw.configFile);
-  }
-  await gw.stop();
-}
 
 /** The default settings, with hot restart on, a priced model, and keys with limits and budgets. */
 const config = (workers: number) => ({
@@ -42,13 +33,17 @@ const config = (workers: number) => ({
   models: [{ name: 'm', provider: 'up' }],
   prices: { m: { input: 1, output: 1 } },
   keys: [
-    // One request (18 tokens at $1 per million) spends more than these budgets.
-    { name: 'budget-key', key: BUDGET, budget: { usd: 0.000001, period: 'day' } },
-    { name: 'late-key', key: LATE, budget: { usd: 0.000001, period: 'day' } },
+    // One request of SPEND's usage ($0.01001 at $1 per million) spends more than these budgets, and
+    // fits in them before (it may cost its prompt and 4,096 output tokens: about $0.0041).
+    { name: 'budget-key', key: BUDGET, budget: { usd: 0.01, period: 'day' } },
+    { name: 'late-key', key: LATE, budget: { usd: 0.01, period: 'day' } },
     { name: 'rpm-key', key: RPM, limits: { rpm: 2 } },
     { name: 'conc-key', key: CONC, limits: { concurrent: 1 } },
   ],
 });
+
+/** The usage the mock reports for the requests that spend a budget. */
+const SPEND = { usage: { prompt: 10, completion: 10_000 } };
 
 /** A chat request on a connection of its own (a kept-alive one may still lead to the old generation). */
 function chat(gw: GatewayProcess, key: string, headers: Record<string, string> = {}, stream = false): Promise<RawResponse> {
@@ -90,7 +85,7 @@ for (const workers of [1, 2]) {
       const gw = await startGateway({ config: config(workers) });
       gateways.push(gw);
       // Generation 1: the budget is spent, the RPM used up.
-      assert.equal((await chat(gw, BUDGET)).status, 200);
+      assert.equal((await chat(gw, BUDGET, mockHeader(SPEND))).status, 200);
       const broke = await chat(gw, BUDGET);
       assert.equal(broke.status, 429);
       assert.equal(code(broke), 'budget_exceeded');
@@ -102,7 +97,7 @@ for (const workers of [1, 2]) {
       const slow = mockHeader({ chunks: 150, sseIntervalMs: 100 });
       let streaming = true;
       const holding = chat(gw, CONC, slow, true);
-      const costly = chat(gw, LATE, slow, true);
+      const costly = chat(gw, LATE, mockHeader({ chunks: 150, sseIntervalMs: 100, ...SPEND }), true);
       // (Awaited below; a failure before that must not leave them unhandled when the gateway is stopped.)
       for (const stream of [holding, costly]) stream.then(() => (streaming = false), () => (streaming = false));
       await eventually(async () => (await chat(gw, CONC)).status === 429, 5000, 'conc-key\'s place taken by its stream');

@@ -38,13 +38,14 @@ test('a stream that ends in a recycled worker, during its drain, is charged to i
       providers: [{ name: 'up', type: 'openai', base_url: `${mock.url}/v1` }],
       models: [{ name: 'm', provider: 'up' }],
       prices: { m: { input: 1, output: 1 } },
-      // One request (18 tokens at $1 per million) spends more than this budget; the other key has none.
-      keys: [{ name: 'budget-key', key: BUDGET, budget: { usd: 0.000001, period: 'day' } }, { name: 'free', key: 'sk-recycle-free-000001' }],
+      // The stream ($0.01001 at $1 per million; it may cost about $0.0041, which fits) spends more
+      // than this budget; the other key has none.
+      keys: [{ name: 'budget-key', key: BUDGET, budget: { usd: 0.01, period: 'day' } }, { name: 'free', key: 'sk-recycle-free-000001' }],
     },
   });
   // The stream outlasts the recycling of its worker (15 s; checked below).
   let streaming = true;
-  const stream = chat(BUDGET, mockHeader({ chunks: 150, sseIntervalMs: 100 }), true);
+  const stream = chat(BUDGET, mockHeader({ chunks: 150, sseIntervalMs: 100, usage: { prompt: 10, completion: 10_000 } }), true);
   stream.then(() => (streaming = false), () => (streaming = false));
   // Two more requests on each worker: both pass max_requests and are replaced.
   for (let i = 0; i < 4; i++) assert.equal((await chat('sk-recycle-free-000001')).status, 200);

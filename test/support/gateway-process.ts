@@ -232,6 +232,18 @@ export function signalOwn(pid: number, signal: NodeJS.Signals, configFile: strin
   }
 }
 
+/**
+ * Stops a gateway run with `hot_restart.enabled`: SIGKILLs each generation it started (their own
+ * process groups, which killing the keeper leaves running), then the keeper.
+ */
+export async function stopWithGenerations(gw: GatewayProcess): Promise<void> {
+  for (const line of gw.logs) {
+    const pid = line.event === 'hot_restart_started' ? Number(line.new_pid) : line.event === 'ready' && line.generation === 1 ? Number(line.pid) : 0;
+    if (pid) signalOwn(pid, 'SIGKILL', gw.configFile);
+  }
+  await gw.stop();
+}
+
 export interface RunResult {
   code: number | null;
   stdout: string;

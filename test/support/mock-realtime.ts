@@ -1,6 +1,7 @@
 // The mock upstream's WebSocket side: an OpenAI Realtime-like endpoint at /v1/realtime. It sends
 // `session.created` on connect; each `response.create` from the client is answered with a text
-// delta and a `response.done` carrying usage (5 input, 7 output tokens). A client message
+// delta and a `response.done` carrying usage (5 input, 7 output tokens, or the `mock_usage` object
+// the `response.create` carries, reported as it is). A client message
 // `{"type":"mock.close","code":N}` makes the mock close the session with that code. The header
 // `x-mock-status: N` refuses the handshake with that status; `x-mock-hang: 1` never answers it. (Headers,
 // not query parameters: the gateway passes on only the query parameters it checked. A test sets
@@ -67,7 +68,7 @@ function session(ws: WebSocket, req: IncomingMessage, received: MockRequest[] | 
   ws.on('message', (data, isBinary) => {
     const text = isBinary ? '' : data.toString();
     record.messages.push(text);
-    let message: { type?: string; code?: number } = {};
+    let message: { type?: string; code?: number; mock_usage?: unknown } = {};
     try {
       message = JSON.parse(text) as typeof message;
     } catch {
@@ -76,7 +77,7 @@ function session(ws: WebSocket, req: IncomingMessage, received: MockRequest[] | 
     if (message.type === 'mock.close') ws.close(message.code ?? 1000, 'scripted close');
     if (message.type === 'response.create') {
       ws.send(JSON.stringify({ type: 'response.output_text.delta', delta: 'mock' }));
-      ws.send(JSON.stringify({ type: 'response.done', response: { id: 'resp_mock', status: 'completed', usage: REALTIME_USAGE } }));
+      ws.send(JSON.stringify({ type: 'response.done', response: { id: 'resp_mock', status: 'completed', usage: message.mock_usage ?? REALTIME_USAGE } }));
     }
   });
   ws.on('close', (code) => {

@@ -66,7 +66,7 @@ describe('defaults', () => {
       },
       upstream: { connect_timeout_ms: 5000, timeout_ms: 600_000, max_connections: 0 },
       routing: { cooldown_failures: 3, cooldown_secs: 30, cooldown_max_secs: 300, retry_budget_percent: 20, min_retry_concurrency: 3 },
-      limits: { store: 'memory', on_store_error: 'open', lease_secs: 30, estimate_output_tokens: 500, read_after_disconnect_secs: 30, models: {} },
+      limits: { store: 'memory', on_store_error: 'open', lease_secs: 30, estimate_output_tokens: 500, budget_hold_output_tokens: 4096, read_after_disconnect_secs: 30, models: {} },
       prices: {},
       log: { level: 'info', access_log: true, format: 'auto' },
       admin: { allow_non_loopback: false, allowed_hosts: [], tokens: [], status_page: true },

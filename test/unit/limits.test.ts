@@ -7,14 +7,16 @@ import fc from 'fast-check';
 import assert from 'node:assert/strict';
 import { admits, fullInMs, levelAt, waitMs } from '../../src/limits/bucket.ts';
 import { MemoryStore } from '../../src/limits/memory-store.ts';
-import { Limiter, LimitPolicy, UNLIMITED, budgetPeriod, estimateTokens, formatDuration, type Admission, type LimitedKey } from '../../src/limits/limiter.ts';
+import { Limiter, LimitPolicy, UNLIMITED, formatDuration, type Admission, type LimitedKey } from '../../src/limits/limiter.ts';
+import { budgetPeriod } from '../../src/limits/budgets.ts';
+import { estimateTokens } from '../../src/limits/estimates.ts';
 import { Prices, costMicros } from '../../src/limits/prices.ts';
 import { StoreUnavailable, type Ask, type LimitStore, type Settlement } from '../../src/limits/store.ts';
 import { UsageStripper, withStreamUsage } from '../../src/gateway/stream-usage.ts';
 import { GatewayError } from '../../src/api/errors.ts';
 import { parseConfig } from '../../src/config/load.ts';
 
-const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], lease: 'l1', leaseMs: 30_000, ...over });
+const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], hold: 0, lease: 'l1', leaseMs: 30_000, ...over });
 
 describe('bucket', () => {
   test('a full bucket, its refill and the waits', () => {
@@ -64,10 +66,10 @@ describe('MemoryStore', () => {
     const store = new MemoryStore(() => 0);
     const tpm = { id: 't', capacity: 1000 };
     store.acquire(ask({ tokens: [tpm], cost: 600 }));
-    store.settle({ key: 'a', used: 100, tokens: [tpm], refund: 500, concurrency: [], lease: 'l1', spend: [] });
+    store.settle({ key: 'a', used: 100, tokens: [tpm], refund: 500, concurrency: [], lease: 'l1', spend: [], holds: [], hold: 0 });
     const after = store.acquire(ask({ tokens: [tpm], cost: 0 }));
     assert.ok(after.ok && after.tokens[0]!.remaining === 900);
-    store.settle({ key: 'a', used: 1500, tokens: [tpm], refund: -1500, concurrency: [], lease: 'l2', spend: [] });
+    store.settle({ key: 'a', used: 1500, tokens: [tpm], refund: -1500, concurrency: [], lease: 'l2', spend: [], holds: [], hold: 0 });
     const debt = store.acquire(ask({ tokens: [tpm], cost: 1 }));
     assert.ok(!debt.ok && debt.retryAfterMs === 36_060, 'a debt of 600 tokens is paid back at 1000/min');
   });
@@ -80,10 +82,10 @@ describe('MemoryStore', () => {
     assert.ok(store.acquire(ask({ concurrency: [cc], lease: 'b', leaseMs: 1000 })).ok);
     const full = store.acquire(ask({ concurrency: [cc], lease: 'c', leaseMs: 1000 }));
     assert.ok(!full.ok && full.limit === 'concurrent' && full.retryAfterMs === 1000);
-    store.settle({ key: '', used: 0, tokens: [], refund: 0, concurrency: ['c'], lease: 'a', spend: [] });
+    store.settle({ key: '', used: 0, tokens: [], refund: 0, concurrency: ['c'], lease: 'a', spend: [], holds: [], hold: 0 });
     assert.ok(store.acquire(ask({ concurrency: [cc], lease: 'c', leaseMs: 1000 })).ok);
     now = 900;
-    store.renew([{ lease: 'b', concurrency: ['c'] }], 1000);
+    store.renew([{ lease: 'b', concurrency: ['c'], holds: [], hold: 0 }], 1000);
     now = 1500; // c expired (a process that died holding it); b was renewed until 1900
     assert.ok(store.acquire(ask({ concurrency: [cc], lease: 'd', leaseMs: 1000 })).ok);
     assert.equal(store.acquire(ask({ concurrency: [cc], lease: 'e', leaseMs: 1000 })).ok, false);
@@ -93,9 +95,9 @@ describe('MemoryStore', () => {
     const store = new MemoryStore(() => 1000);
     const budget = { id: 'a:2026-12', maxMicros: 1_000_000, resetAt: 61_000 };
     assert.ok(store.acquire(ask({ budgets: [budget] })).ok);
-    store.settle({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l1', spend: [{ id: budget.id, micros: 600_000, resetAt: budget.resetAt }] });
+    store.settle({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l1', spend: [{ id: budget.id, micros: 600_000, resetAt: budget.resetAt }], holds: [], hold: 0 });
     assert.ok(store.acquire(ask({ budgets: [budget] })).ok, 'below the budget: still let through');
-    store.settle({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l2', spend: [{ id: budget.id, micros: 600_000, resetAt: budget.resetAt }] });
+    store.settle({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l2', spend: [{ id: budget.id, micros: 600_000, resetAt: budget.resetAt }], holds: [], hold: 0 });
     const refused = store.acquire(ask({ budgets: [budget] }));
     assert.ok(!refused.ok && refused.limit === 'budget' && refused.retryAfterMs === 60_000);
     assert.deepEqual(await store.spent([budget.id, 'other']), [1_200_000, 0]);
@@ -143,13 +145,16 @@ function events() {
   };
 }
 
-const request = (p: LimitPolicy, key: LimitedKey, over: Partial<{ json: Record<string, unknown>; id: string; model: string }> = {}) => ({
+const request = (p: LimitPolicy, key: LimitedKey, over: Partial<{ json: Record<string, unknown>; id: string; model: string; bodyBytes: number; targets: { model: string | undefined }[] }> = {}) => ({
   policy: p,
   key,
   model: over.model ?? 'gpt-4o',
+  requested: over.model ?? 'gpt-4o',
+  targets: over.targets ?? [{ model: undefined }],
   generates: true,
+  billed: true,
   json: over.json ?? { model: 'gpt-4o', max_tokens: 100 },
-  bodyBytes: 400,
+  bodyBytes: over.bodyBytes ?? 400,
   id: over.id ?? 'req-1',
 });
 

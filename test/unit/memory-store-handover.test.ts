@@ -6,8 +6,8 @@ import assert from 'node:assert/strict';
 import { MemoryStore, type MemoryChange, type MemoryFollower } from '../../src/limits/memory-store.ts';
 import type { Ask, Settlement } from '../../src/limits/store.ts';
 
-const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], lease: 'l1', leaseMs: 30_000, ...over });
-const settlement = (over: Partial<Settlement> = {}): Settlement => ({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l1', spend: [], ...over });
+const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], hold: 0, lease: 'l1', leaseMs: 30_000, ...over });
+const settlement = (over: Partial<Settlement> = {}): Settlement => ({ key: 'a', used: 0, tokens: [], refund: 0, concurrency: [], lease: 'l1', spend: [], holds: [], hold: 0, ...over });
 
 const rpm = { id: 'k:a:rpm', capacity: 2 };
 const tpm = { id: 'k:a:tpm', capacity: 1000 };
@@ -59,7 +59,7 @@ test('after the snapshot, the old store\'s changes follow: what it admits, settl
   assert.equal(old.acquire(ask({ requests: [rpm], tokens: [tpm], cost: 50, lease: 'later' })).ok, true);
   // Its running request is renewed, then ends: settled with its usage and spend.
   now += 20_000;
-  old.renew([{ concurrency: [cc.id], lease: 'running' }], 30_000);
+  old.renew([{ concurrency: [cc.id], lease: 'running', holds: [], hold: 0 }], 30_000);
   now += 20_000;
   assert.equal(next.acquire(ask({ concurrency: [cc], lease: 'x' })).ok, false, 'renewed there: still held here past its first lease');
   old.settle(settlement({ lease: 'running', tokens: [tpm], refund: 80, concurrency: [cc.id], spend: [{ id: budget.id, micros: 25, resetAt: budget.resetAt }] }));
@@ -157,7 +157,7 @@ test('property: whatever the old store does after the snapshot, the new one ends
             old.acquire(ask({ requests: buckets.filter((_, i) => o.which & (1 << i)), tokens: o.which & 4 ? tokenBuckets : [], cost: o.cost, concurrency: limits.filter((_, i) => o.which & (1 << i)), lease: `l${o.lease}` }));
           else if (o.kind === 'settle')
             old.settle(settlement({ lease: `l${o.lease}`, tokens: tokenBuckets, refund: o.refund, concurrency: limits.map((l) => l.id), spend: o.micros > 0 ? [{ id: budget.id, micros: o.micros, resetAt: budget.resetAt }] : [] }));
-          else old.renew([{ concurrency: limits.map((l) => l.id), lease: `l${o.lease}` }], 30_000);
+          else old.renew([{ concurrency: limits.map((l) => l.id), lease: `l${o.lease}`, holds: [], hold: 0 }], 30_000);
         }
       };
       run(before);
@@ -181,9 +181,13 @@ test('counters in a shape this version does not write (another version\'s genera
     leases: [[cc.id, 'held', now + 10_000], [cc.id, 'bad', 'soon']],
   } as unknown as ConstructorParameters<typeof MemoryStore>[1];
   const store = new MemoryStore(() => now, state);
+  // A version before the budgets' holds sent none.
   assert.deepEqual(store.snapshot(), {
     buckets: [['k:a:rpm', 0, now, 2]],
     spent: [[budget.id, 50, budget.resetAt]],
     leases: [[cc.id, 'held', now + 10_000]],
+    holds: [],
   });
+  const withHolds = { ...state, holds: [[budget.id, 'running', 40, now + 10_000], [budget.id, 'bad', 'x', now], [budget.id, 7, 1, now], 'garbage'] } as unknown as ConstructorParameters<typeof MemoryStore>[1];
+  assert.deepEqual(new MemoryStore(() => now, withHolds).snapshot().holds, [[budget.id, 'running', 40, now + 10_000]]);
 });

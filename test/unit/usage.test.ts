@@ -85,6 +85,13 @@ describe('readUsageFrom', () => {
     assert.equal(readUsageFrom(null, into), into);
     assert.equal(readUsageFrom('usage', undefined), undefined);
   });
+
+  test('cached prompt tokens under each API\'s name: chat, Responses, Realtime (input_token_details, singular), Anthropic', () => {
+    assert.deepEqual(readUsageFrom({ prompt_tokens: 10, completion_tokens: 2, prompt_tokens_details: { cached_tokens: 4 } }, undefined), { prompt: 10, completion: 2, cached: 4 });
+    assert.deepEqual(readUsageFrom({ input_tokens: 10, output_tokens: 2, input_tokens_details: { cached_tokens: 5 } }, undefined), { prompt: 10, completion: 2, cached: 5 });
+    assert.deepEqual(readUsageFrom({ input_tokens: 10, output_tokens: 2, total_tokens: 12, input_token_details: { cached_tokens: 6, text_tokens: 4, audio_tokens: 6 } }, undefined), { prompt: 10, completion: 2, cached: 6 });
+    assert.deepEqual(readUsageFrom({ input_tokens: 3, output_tokens: 2, cache_read_input_tokens: 7 }, undefined), { prompt: 10, completion: 2, cached: 7 });
+  });
 });
 
 describe('SSE streams', () => {

@@ -1,0 +1,64 @@
+// A key's budget: its period, what a request holds against it while it runs (what it may cost), and
+// the 429 that says why a request does not fit. The store checks spent + held + this hold against
+// the budget in the same step as every other limit, and the settlement replaces the hold by the
+// real cost.
+import type { BudgetConfig } from '../config/schema.ts';
+import { errors, type GatewayError } from '../api/errors.ts';
+import { outputTokens, promptEstimate } from './estimates.ts';
+import type { AdmitRequest } from './limiter.ts';
+import type { Ask, Verdict } from './store.ts';
+
+/** A key's budget for the period `now` is in (UTC calendar day or month). */
+export function budgetPeriod(key: string, budget: BudgetConfig, now: number): { id: string; maxMicros: number; resetAt: number } {
+  const d = new Date(now);
+  const y = d.getUTCFullYear();
+  const m = d.getUTCMonth();
+  const month = `${y}-${String(m + 1).padStart(2, '0')}`;
+  if (budget.period === 'day') {
+    const day = `${month}-${String(d.getUTCDate()).padStart(2, '0')}`;
+    return { id: `${key}:${day}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m, d.getUTCDate() + 1) };
+  }
+  return { id: `${key}:${month}`, maxMicros: Math.round(budget.usd * 1e6), resetAt: Date.UTC(y, m + 1, 1) };
+}
+
+/**
+ * What a request may cost, in micro-dollars: its prompt (estimated as for the reservation) and its
+ * most output tokens (`defaultOutput` for each choice when it sets no max_tokens), at the price of
+ * the dearest model its route may send it to (a fallback may reach any), each priced as its
+ * settlement will be (the target's model, else the name the client sent). 0 when none has a price:
+ * such a request costs nothing, and holds nothing.
+ */
+export function holdMicros(request: Pick<AdmitRequest, 'policy' | 'json' | 'bodyBytes' | 'generates' | 'billed' | 'targets' | 'requested'>, defaultOutput: number): number {
+  if (!request.billed) return 0;
+  const usage = { prompt: promptEstimate(request.bodyBytes), completion: outputTokens(request, defaultOutput) };
+  let most = 0;
+  for (const target of request.targets) {
+    const cost = request.policy.prices.costMicros(usage, [target.model ?? request.requested, request.requested]);
+    if (cost !== undefined && cost > most) most = cost;
+  }
+  // A whole number written without an exponent: Redis keeps a hold as the text "lease|micro-dollars".
+  return Math.min(Math.ceil(most), Number.MAX_SAFE_INTEGER);
+}
+
+/**
+ * A budget's 429. Spent, or too little left for what this request may cost: no retry before the
+ * period ends (x-should-retry: false). Enough left but held by the key's requests in progress: it
+ * may pass once they have finished (and cost less than they held), so a retry in a second is fine.
+ */
+export function budgetRefusal(key: string, budget: BudgetConfig, ask: Ask, verdict: Extract<Verdict, { ok: false }>, headers: Readonly<Record<string, string>>): GatewayError {
+  const max = ask.budgets[verdict.index]?.maxMicros ?? Math.round(budget.usd * 1e6);
+  const spent = verdict.spent ?? max;
+  const held = verdict.held ?? 0;
+  const untilReset = { ...headers, 'retry-after': String(Math.max(1, Math.ceil(verdict.retryAfterMs / 1000))), 'x-should-retry': 'false' };
+  if (spent >= max) return errors.budgetExceeded(key, budget.usd, budget.period, untilReset);
+  const may = `this request may cost up to ${dollars(ask.hold)} (its prompt, and its max_tokens or limits.budget_hold_output_tokens when it sets none, at its model's price)`;
+  const amount = dollars(max - spent);
+  if (spent + ask.hold > max) return errors.budgetExceeded(key, budget.usd, budget.period, untilReset, { amount, why: `and ${may}` });
+  const whenFinished = { ...headers, 'retry-after': '1', 'retry-after-ms': '1000' };
+  return errors.budgetExceeded(key, budget.usd, budget.period, whenFinished, { amount, why: `${dollars(held)} of it held by its requests in progress, and ${may}: try again once they have finished` });
+}
+
+/** Micro-dollars as dollars, to the micro-dollar and no further: "$0.41", "$1", "$0.000018". */
+function dollars(micros: number): string {
+  return `$${(micros / 1e6).toFixed(6).replace(/\.?0+$/, '')}`;
+}
