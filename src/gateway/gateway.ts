@@ -216,7 +216,10 @@ export class Gateway {
     const entry = entering instanceof Promise ? await entering : entering;
     if (entry instanceof GatewayError) return refuseBeforeBody(ctx, decision, entry);
     // Settled when the response closes (replaced by the admission's settlement once admitted).
-    if (entry !== undefined) ctx.whenFinished(() => entry.leave());
+    if (entry !== undefined) {
+      ctx.whenFinished(() => entry.leave());
+      ctx.beforeEnd = () => entry.leave();
+    }
     const read = await reading;
     // The request ended while its body was read (its place is given back): nothing more to do.
     if (entry?.left) return;
@@ -256,7 +259,10 @@ export class Gateway {
     });
     const admission = admitting instanceof Promise ? await admitting : admitting;
     if (admission instanceof GatewayError) return sendError(ctx, decision, admission);
-    if (admission !== UNLIMITED) ctx.responseHeaders = admission.headers;
+    if (admission !== UNLIMITED) {
+      ctx.responseHeaders = admission.headers;
+      ctx.beforeEnd = admission.release;
+    }
     // Settled when the response closes (or now, if the client left while the limits were checked).
     ctx.whenFinished((status) => {
       const usage = ctx.usage;

@@ -7,7 +7,7 @@ import type { IncomingHttpHeaders } from 'node:http';
 import type { DispatchController, Endpoint, ResponseHandler } from '../providers/types.ts';
 import type { DrainDecision, ForceEndable } from '../lifecycle/contracts.ts';
 import type { RequestContext } from '../server/context.ts';
-import { sendError, writeHead } from '../server/respond.ts';
+import { endResponse, sendError, writeHead } from '../server/respond.ts';
 import { downstreamHeaders } from './headers.ts';
 import { errors, GatewayError } from '../api/errors.ts';
 import { classifyUpstreamError, kindOfCode } from './upstream-errors.ts';
@@ -91,7 +91,7 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   onResponseEnd(): void {
     if (this.#ended) return;
     this.#finish();
-    this.#ctx.res.end();
+    endResponse(this.#ctx);
   }
 
   onResponseError(_controller: DispatchController, error: Error): void {
@@ -133,7 +133,7 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
     // What was sent may end in the middle of an event (a cut): it is closed first, so that the error
     // event is one of its own and not glued to the last line.
     const closed = this.#lastTwo === LF_LF || this.#lastTwo === 0 ? '' : (this.#lastTwo & 0xff) === LF ? '\n' : '\n\n';
-    this.#ctx.res.end(closed + streamErrorEvent(error, this.#api, this.#controller?.nextSequence() ?? 0));
+    endResponse(this.#ctx, closed + streamErrorEvent(error, this.#api, this.#controller?.nextSequence() ?? 0));
   }
 
   #finish(): void {

@@ -83,9 +83,18 @@ export interface Admission {
   readonly headers: Readonly<Record<string, string>>;
   /** The request ended; `usage` is what the provider reported (undefined: nothing reported). */
   finish(usage: Usage | undefined, costMicros: number | undefined, answered: boolean): void;
+  /**
+   * Present when the request holds places in `concurrent` limits: the answer is about to be
+   * complete (called before its last bytes are written), so its places are given back now, ahead
+   * of the settlement. The client may send its next request as soon as it has the answer, to
+   * another worker or gateway: that one must find the place free.
+   */
+  readonly release?: () => void;
 }
 
 const NO_HEADERS: Readonly<Record<string, string>> = Object.freeze({});
+/** What a request refused by a concurrent limit is told to wait before it tries again. */
+const CONCURRENT_RETRY_MS = 1000;
 const NOTHING: readonly string[] = Object.freeze([]);
 
 /** An `Entry` as the limiter keeps it: what it holds, until its admission takes it or it is left. */
@@ -286,7 +295,9 @@ export class Limiter {
     const refusedBy = verdict.limit === 'requests' ? requests[verdict.index]! : verdict.limit === 'tokens' ? tokens[verdict.index]! : undefined;
     const scope = refusedBy?.scope ?? concurrency[verdict.index]!.scope;
     this.#events.refused(key.name, scope, verdict.limit);
-    const ms = Math.max(1, verdict.retryAfterMs);
+    // A place in a concurrent limit is free as soon as one of the requests holding it ends, which no
+    // store can foresee (the soonest lease expiry is ~lease_secs away, renewed while they run).
+    const ms = verdict.limit === 'concurrent' ? CONCURRENT_RETRY_MS : Math.max(1, verdict.retryAfterMs);
     const what =
       verdict.limit === 'requests'
         ? `${refusedBy!.bucket.capacity} requests per minute`
@@ -317,6 +328,7 @@ export class Limiter {
     const renewed = concurrency.length > 0 || holds.length > 0;
     if (renewed) this.#hold({ lease: ask.lease, concurrency, holds, hold: ask.hold });
     let done = false;
+    let released = false;
     return {
       headers,
       finish: (usage, costMicros, answered) => {
@@ -328,9 +340,21 @@ export class Limiter {
         const spend = ask.budgets.length > 0 && costMicros !== undefined && costMicros > 0 ? ask.budgets.map((b) => ({ id: b.id, micros: costMicros, resetAt: b.resetAt })) : [];
         const tokens = taken ? ask.tokens : [];
         const refund = tokens.length > 0 ? ask.cost - used : 0;
-        if (refund === 0 && !renewed && spend.length === 0) return;
-        this.#settle({ key: request.key.name, used, tokens, refund, concurrency, lease: ask.lease, spend, holds, hold: ask.hold });
+        const places = released ? NOTHING : concurrency;
+        if (refund === 0 && places.length === 0 && holds.length === 0 && spend.length === 0) return;
+        this.#settle({ key: request.key.name, used, tokens, refund, concurrency: places, lease: ask.lease, spend, holds, hold: ask.hold });
       },
+      release:
+        concurrency.length === 0
+          ? undefined
+          : () => {
+              if (done || released) return;
+              released = true;
+              // The holds on budgets stay (and are renewed) until the settlement replaces them by the cost.
+              if (holds.length > 0) this.#hold({ lease: ask.lease, concurrency: NOTHING, holds, hold: ask.hold });
+              else this.#release(ask.lease);
+              this.#settle({ key: request.key.name, used: 0, tokens: [], refund: 0, concurrency, lease: ask.lease, spend: [], holds: [], hold: 0, early: true });
+            },
     };
   }
 

@@ -104,7 +104,7 @@ export class RedisStore implements LimitStore {
       ...s.concurrency.map((id) => `${p}cc:${id}`),
       ...s.spend.map((x) => `${p}sp:${x.id}`),
       ...s.holds.map((id) => `${p}sh:${id}`),
-      `${p}settled:${s.lease}`,
+      s.early ? `${p}settled:${s.lease}:places` : `${p}settled:${s.lease}`,
     ];
     const args = [
       s.tokens.length,

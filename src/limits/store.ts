@@ -84,6 +84,12 @@ export interface Settlement {
   /** Budgets whose hold of `hold` micro-dollars by this lease ends (the spend replaces it). */
   readonly holds: readonly string[];
   readonly hold: number;
+  /**
+   * Only the places in `concurrency`, given back ahead of the settlement (the answer is complete):
+   * counted once on its own, apart from the lease's settlement that follows (a store that makes
+   * retried settlements count once keys them by lease and this).
+   */
+  readonly early?: boolean;
 }
 
 /** Leases still in use: their expiry moves on, in each concurrency limit and of each budget's hold. */

@@ -141,6 +141,8 @@ export class RequestContext extends ExchangeContext {
   dialect: ErrorDialect = 'openai';
   /** Headers every response to this request carries (the limiter's x-ratelimit-*). */
   responseHeaders: Readonly<Record<string, string>> | undefined = undefined;
+  /** Called just before the response's last bytes are written (`endResponse`): the limiter's early release of the request's concurrency places. */
+  beforeEnd: (() => void) | undefined = undefined;
   /**
    * Asked once the response has closed, before the request leaves in flight: true when it stays in
    * flight until `done` is called (its answer is read on to its usage after the client left, or

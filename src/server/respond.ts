@@ -24,10 +24,17 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
   res.writeHead(status, headers);
 }
 
+/** Ends the response (with `body`, if any): `ctx.beforeEnd` first, while the client cannot have the answer yet. */
+export function endResponse(ctx: RequestContext, body?: string): void {
+  ctx.beforeEnd?.();
+  if (body === undefined) ctx.res.end();
+  else ctx.res.end(body);
+}
+
 export function sendJson(ctx: RequestContext, decision: DrainDecision, status: number, body: string): void {
   if (ctx.res.headersSent || ctx.res.destroyed) return;
   writeHead(ctx, decision, status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  ctx.res.end(body);
+  endResponse(ctx, body);
 }
 
 export function sendError(ctx: RequestContext, decision: DrainDecision, error: GatewayError): void {
@@ -36,5 +43,5 @@ export function sendError(ctx: RequestContext, decision: DrainDecision, error: G
   // In the caller's shape (set by the route), so its SDK shows the message, not raw JSON.
   const body = error.body(ctx.dialect);
   writeHead(ctx, decision, error.status, { ...error.headers, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) });
-  ctx.res.end(body);
+  endResponse(ctx, body);
 }
