@@ -9,8 +9,8 @@
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
-import { eventually, startGateway, type GatewayProcess } from '../support/gateway-process.ts';
-import { httpRequest, postJson } from '../support/http.ts';
+import { startGateway, type GatewayProcess } from '../support/gateway-process.ts';
+import { postJson } from '../support/http.ts';
 import { mockHeader, startMockUpstream, type MockUpstream } from '../support/mock-upstream.ts';
 import { assertSettled } from '../support/reliability.ts';
 
@@ -57,6 +57,24 @@ function chatOnNewConnection(body: string): Promise<{ status: number; body: stri
   });
 }
 
+/** A stream on a connection of its own: its status once its headers have come, and its whole text later. */
+function openStream(body: string, headers: Record<string, string>): Promise<{ status: number; text: Promise<string> }> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${gw.proxyUrl}/v1/chat/completions`, { method: 'POST', agent: false, headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, ...headers } }, (res) => {
+      let text = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => (text += chunk));
+      const ended = new Promise<string>((done, failed) => {
+        res.on('end', () => done(text));
+        res.on('error', failed);
+      });
+      resolve({ status: res.statusCode ?? 0, text: ended });
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
 describe("a key's concurrent place, one request after another (workers: 2)", () => {
   test(`${REQUESTS} requests one after another, each on a new connection: none is refused`, { timeout: 120_000 }, async () => {
     const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'next' }] });
@@ -70,17 +88,15 @@ describe("a key's concurrent place, one request after another (workers: 2)", () 
   });
 
   test('a request refused by a concurrent limit is told to retry in a second, not at the lease expiry', { timeout: 60_000 }, async () => {
-    const stream = httpRequest(`${gw.proxyUrl}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}`, ...mockHeader({ chunks: 30, sseIntervalMs: 100 }) },
-      body: JSON.stringify({ model: 'slow', stream: true, messages: [{ role: 'user', content: 'hold the place' }] }),
-    });
-    let refusal: Awaited<ReturnType<typeof postJson>> | undefined;
-    await eventually(async () => (refusal = await postJson(`${gw.proxyUrl}/v1/chat/completions`, { model: 'm', messages: [{ role: 'user', content: 'hi' }] }, { authorization: `Bearer ${KEY}` })).status === 429, 5000, 'the place taken by the stream');
-    assert.equal(refusal!.headers['retry-after'], '1', JSON.stringify(refusal!.headers));
-    assert.equal(refusal!.headers['retry-after-ms'], '1000');
-    assert.match(refusal!.body, /1 concurrent requests\. Try again in 1(\.0+)?s/);
-    assert.equal((await stream).status, 200);
-    await eventually(async () => (await chatOnNewConnection(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }))).status === 200, 5000, 'the place free once the stream ended');
+    // The stream's answer has begun before the first try: it holds the place (else the try could take it first).
+    const stream = await openStream(JSON.stringify({ model: 'slow', stream: true, messages: [{ role: 'user', content: 'hold the place' }] }), mockHeader({ chunks: 50, sseIntervalMs: 100 }));
+    assert.equal(stream.status, 200);
+    const refusal = await postJson(`${gw.proxyUrl}/v1/chat/completions`, { model: 'm', messages: [{ role: 'user', content: 'hi' }] }, { authorization: `Bearer ${KEY}` });
+    assert.equal(refusal.status, 429, refusal.body);
+    assert.equal(refusal.headers['retry-after'], '1', JSON.stringify(refusal.headers));
+    assert.equal(refusal.headers['retry-after-ms'], '1000');
+    assert.match(refusal.body, /1 concurrent requests\. Try again in 1(\.0+)?s/);
+    assert.match(await stream.text, /data: \[DONE\]/);
+    assert.equal((await chatOnNewConnection(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] }))).status, 200, 'the place is free once the stream has ended');
   });
 });
