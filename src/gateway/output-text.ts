@@ -1,11 +1,14 @@
 // The text a model produced, collected from its answer by byte search so that its tokens can be
 // counted when the provider never reported them (the stream was cut, the client left and the
-// read after it ran out, the provider sends no usage). No event is parsed: the string values of a
-// few keys are cut out as they are (JSON escapes and all) and decoded only if they are ever counted.
+// read after it ran out, the provider sends no usage). The reads are kept as they came and
+// searched only if the text is asked for (or once they grow long); no event is parsed: the string
+// values of a few keys are cut out as they are (JSON escapes and all) and decoded only if counted.
 import type { Endpoint } from '../providers/types.ts';
 
 /** Text kept for counting; past it only its length is, and the count is scaled up. */
 const MAX_KEPT = 256 * 1024;
+/** Reads kept unscanned, at most (bytes): a longer answer is scanned as it goes. */
+const HELD = 512 * 1024;
 const QUOTE = 34;
 const BACKSLASH = 92;
 const COLON = 58;
@@ -33,6 +36,9 @@ export class OutputText {
   readonly #keys: readonly Buffer[];
   /** The keys by the first letter of their name: most quotes in an event open no key of ours. */
   readonly #byFirst: readonly (readonly Buffer[] | undefined)[];
+  /** Reads not scanned yet, and their size. */
+  #held: Buffer[] = [];
+  #heldBytes = 0;
   /** The values kept, still JSON-escaped. */
   #kept = '';
   #keptBytes = 0;
@@ -50,8 +56,25 @@ export class OutputText {
     this.#byFirst = byFirst;
   }
 
+  /**
+   * A read of the answer. It is only kept (a reference, no copy): most answers report their usage,
+   * and then nothing of this is ever read. Past HELD bytes what is kept is scanned and let go.
+   */
   push(chunk: Buffer): void {
     if (this.#keys.length === 0) return;
+    this.#held.push(chunk);
+    this.#heldBytes += chunk.length;
+    if (this.#heldBytes > HELD) this.#scanHeld();
+  }
+
+  #scanHeld(): void {
+    const held = this.#held;
+    this.#held = [];
+    this.#heldBytes = 0;
+    for (const chunk of held) this.#scan(chunk);
+  }
+
+  #scan(chunk: Buffer): void {
     const byFirst = this.#byFirst;
     let i = 0;
     if (this.#open) {
@@ -78,6 +101,7 @@ export class OutputText {
 
   /** The text, decoded, and how much to scale its count by (more than 1 once past what is kept). */
   text(): { text: string; scale: number } {
+    this.#scanHeld();
     return { text: unescape(this.#kept), scale: this.#keptBytes === 0 ? 1 : this.#bytes / this.#keptBytes };
   }
 

@@ -101,6 +101,8 @@ export class RoutedExchange implements RelayController, AttemptOwner {
   #settled = false;
   #onSettled: (() => void) | undefined;
   #translator: StreamTranslator | undefined;
+  /** A relayed stream whose usage the client did not ask for: what the gateway asked is taken out again. */
+  #stripper: UsageStripper | undefined;
   /** A translated stream has written its first bytes. */
   #translatedOut = false;
   /** Upstream bytes waiting for the next turn of the event loop to be translated, and whether the end came behind them. */
@@ -528,7 +530,7 @@ export class RoutedExchange implements RelayController, AttemptOwner {
     }
     if (prepared.stripUsage && sse) {
       delete out['content-length'];
-      this.#translator = new UsageStripper();
+      this.#stripper = new UsageStripper();
     }
     if (prepared.dropped.length > 0) out['sluice-dropped-params'] = prepared.dropped.join(', ');
     this.#downstream.onResponseStart(this, status, out, '');
@@ -574,6 +576,11 @@ export class RoutedExchange implements RelayController, AttemptOwner {
         }
       }
       return this.#translate(chunk);
+    }
+    if (this.#stripper) {
+      const out = this.#stripper.push(chunk);
+      if (out.length > 0) this.#downstream.onResponseData(this, out);
+      return;
     }
     this.#downstream.onResponseData(this, chunk);
   }
@@ -654,6 +661,9 @@ export class RoutedExchange implements RelayController, AttemptOwner {
         return this.#untranslatable(error);
       }
       if (text !== '') this.#downstream.onResponseData(this, Buffer.from(text));
+    } else if (this.#stripper) {
+      const rest = this.#stripper.end();
+      if (rest.length > 0) this.#downstream.onResponseData(this, rest);
     }
     outcome ??= this.#meter?.outcome();
     const provider = prepared?.provider.name ?? this.#req.route.entry;

@@ -1,7 +1,8 @@
 // How a relayed stream ended: with its API's final event (`data: [DONE]`, Anthropic's
 // `message_stop`, the Responses API's `response.completed` or `response.incomplete`), with an
 // error event of its own, or with neither: cut. Found by byte search, not by parsing every event:
-// only the first bytes of the last event are kept, so a read costs two backward searches.
+// only the first bytes of the last event are kept (a view of its read), so a read costs two
+// backward searches and no allocation.
 import type { Endpoint } from '../providers/types.ts';
 import type { StreamOutcome } from '../translate/types.ts';
 
@@ -21,7 +22,7 @@ const ERROR_DATA = /^\{\s*"error"\s*:/;
 
 export class StreamEndWatch {
   readonly #api: Endpoint;
-  /** The start of the event being read (at most HEAD bytes, a copy of its own). */
+  /** The start of the event being read (at most HEAD bytes; a view of its read, or a copy once it spans two). */
   #current: Buffer = EMPTY;
   /** The start of the last event completed that said something (not a comment). */
   #last: Buffer | undefined = undefined;
@@ -52,10 +53,10 @@ export class StreamEndWatch {
           this.#complete();
           break;
         }
-        if (this.#keep(copyHead(chunk, before.end, end))) break;
+        if (this.#keep(viewHead(chunk, before.end, end))) break;
         end = before.at;
       }
-      this.#current = copyHead(chunk, last.end, chunk.length);
+      this.#current = viewHead(chunk, last.end, chunk.length);
     }
     const n = chunk.length;
     this.#beforeLast = n >= 2 ? chunk[n - 2]! : this.#last1;
@@ -101,7 +102,7 @@ export class StreamEndWatch {
     const room = HEAD - this.#current.length;
     if (room <= 0 || to <= from) return;
     const piece = chunk.subarray(from, Math.min(to, from + room));
-    this.#current = this.#current.length === 0 ? Buffer.from(piece) : Buffer.concat([this.#current, piece]);
+    this.#current = this.#current.length === 0 ? piece : Buffer.concat([this.#current, piece]);
   }
 
   /** The event being read is complete. */
@@ -138,9 +139,14 @@ function lastBlank(buf: Buffer, from: number, to: number, crs: boolean): { at: n
   return aEnd >= bEnd ? { at: a + 1, end: aEnd } : { at: b + 1, end: bEnd };
 }
 
-function copyHead(buf: Buffer, from: number, to: number): Buffer {
+/**
+ * The head of an event: a view, not a copy. A read is never written to again once handed on (undici
+ * gives views of the socket's own read buffers), so keeping a view of the last one or two is safe,
+ * and costs no allocation per read.
+ */
+function viewHead(buf: Buffer, from: number, to: number): Buffer {
   if (to <= from) return EMPTY;
-  return Buffer.from(buf.subarray(from, Math.min(to, from + HEAD)));
+  return buf.subarray(from, Math.min(to, from + HEAD));
 }
 
 /** An event's name (its `event:` line, else its data's `"type"`, else `error` for `{"error":…}`) and the start of its data. */

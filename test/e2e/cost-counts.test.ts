@@ -248,13 +248,13 @@ const STREAM_CHECKS: StreamCheck[] = [
     usage: true,
     script: openAiStream,
     otherReads: 4, // the finish chunk, the usage chunk, [DONE], the chunked body's end
-    // Per event: the event's one write. The buffer is StreamEndWatch's copy of the head of every
-    // read (stream-end.ts), kept in case it is the last event: a view of it would do.
-    perEvent: { 'response writes': 1, 'client socket writes': 1, 'JSON.parse': 0, 'JSON.stringify': 0, 'buffers allocated': 1 },
+    // Per event: the event's one write, nothing allocated (StreamEndWatch keeps a view of the
+    // head of the last read, not a copy; the output text is kept as the reads, scanned only if an
+    // estimate is needed).
+    perEvent: { 'response writes': 1, 'client socket writes': 1, 'JSON.parse': 0, 'JSON.stringify': 0, 'buffers allocated': 0 },
     // Per stream: the finish chunk, the usage chunk and [DONE], a write each, and the body's end
-    // its own socket write; the body's parse, the usage line's; the access log line; the key's
-    // digest, and the head copies of the three events after the content ones.
-    perStream: { 'response writes': 3, 'client socket writes': 4, 'JSON.parse': 2, 'JSON.stringify': 1, 'buffers allocated': 4 },
+    // its own socket write; the body's parse, the usage line's; the access log line; the key's digest.
+    perStream: { 'response writes': 3, 'client socket writes': 4, 'JSON.parse': 2, 'JSON.stringify': 1, 'buffers allocated': 1 },
   },
   {
     name: 'relayed stream, usage not asked (the gateway asks it and takes it out)',
@@ -264,13 +264,13 @@ const STREAM_CHECKS: StreamCheck[] = [
     usage: false,
     script: openAiStream,
     otherReads: 4,
-    // Per event: its one write; StreamEndWatch's head copy, and UsageStripper's output turned back
-    // into a Buffer (routed-exchange.ts #translate): a stripper that passes the bytes of an event
-    // without `"usage"` on as they came would allocate nothing.
-    perEvent: { 'response writes': 1, 'client socket writes': 1, 'JSON.parse': 0, 'JSON.stringify': 0, 'buffers allocated': 2 },
-    // Per stream: the body parsed, and serialized again with stream_options added; the usage
-    // line's parse; the access log line. The usage chunk is taken out: one write fewer.
-    perStream: { 'response writes': 2, 'client socket writes': 3, 'JSON.parse': 2, 'JSON.stringify': 2, 'buffers allocated': 7 },
+    // Per event: its one write; UsageStripper's output, the read without its `,"usage":null`
+    // (bytes copied around the cut, nothing decoded).
+    perEvent: { 'response writes': 1, 'client socket writes': 1, 'JSON.parse': 0, 'JSON.stringify': 0, 'buffers allocated': 1 },
+    // Per stream: the body parsed, and serialized again with stream_options added (and turned into
+    // a Buffer); the usage line's parse; the access log line. The usage chunk is taken out: one
+    // write fewer.
+    perStream: { 'response writes': 2, 'client socket writes': 3, 'JSON.parse': 2, 'JSON.stringify': 2, 'buffers allocated': 4 },
   },
   {
     name: 'translated stream (OpenAI client, Anthropic provider), usage not asked',
@@ -337,7 +337,8 @@ describe('cost counts: work per upstream event of a stream, and per JSON request
     await counters.reset();
     for (let i = 0; i < 20; i++) await counters.upstreamReadsAbove(-1);
     const { counts } = await counters.read(0);
-    const counted = Object.entries(counts).filter(([, n]) => n !== 0);
+    // (The log's writer may hand over a batch of the start's lines meanwhile: its count depends on time.)
+    const counted = Object.entries(counts).filter(([name, n]) => n !== 0 && name !== TIMED);
     assert.deepEqual(counted, [], 'the harness itself does no counted work');
   });
 
