@@ -15,14 +15,14 @@
 // are counted (the memory store). A feature a config does not use must cost nothing: compare the
 // plain cases of two builds; a feature's own case says what it costs when used.
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { stringify } from 'yaml';
-import { cleanUp, startMock, startServer, type Server } from './processes.ts';
+import { cleanUp, startMock, type Server } from './processes.ts';
+import { caseScript, pickCases, startCaseGateway, type Case } from './cases.ts';
 import { cpuTicks, fixed, median, perRoundMedian } from './stats.ts';
-import { interleavedRounds, runWrk, wrkPostScript } from './wrk.ts';
+import { interleavedRounds, runWrk } from './wrk.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values, positionals } = parseArgs({
@@ -37,60 +37,13 @@ const CHECKOUTS = { A: resolve(positionals[0]!), B: resolve(positionals[1] ?? RO
 const ROUNDS = Number(values.rounds);
 const SECONDS = Number(values.seconds);
 const TICK_US = 1e6 / Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout.trim() || 100);
-const KEYS = { plain: 'sk-bench-client-key', limited: 'sk-bench-limited-key' };
 const TMP = mkdtempSync(join(tmpdir(), 'sluice-ab-'));
 cleanUp.push(TMP);
-
-interface Case { name: string; id: string; body: object; key: keyof typeof KEYS; mock?: object }
-const ASK = [{ role: 'user', content: 'Say hello' }];
-const ALL_CASES: Case[] = [
-  { id: 'chat', name: 'chat', body: { model: 'bench', messages: ASK, max_tokens: 16 }, key: 'plain' },
-  { id: 'stream', name: 'chat stream (50 chunks)', body: { model: 'bench', messages: ASK, stream: true }, key: 'plain', mock: { chunks: 50 } },
-  { id: 'stream-usage', name: 'chat stream (50 chunks), usage asked', body: { model: 'bench', messages: ASK, stream: true, stream_options: { include_usage: true } }, key: 'plain', mock: { chunks: 50 } },
-  { id: 'translated', name: 'chat stream (50 chunks), translated to Anthropic', body: { model: 'claude-bench', messages: ASK, stream: true, max_tokens: 64 }, key: 'plain', mock: { chunks: 50 } },
-  { id: 'limits', name: 'chat, key with limits and budget (memory)', body: { model: 'bench', messages: ASK, max_tokens: 16 }, key: 'limited' },
-  { id: 'limits-stream', name: 'chat stream (50 chunks), key with limits and budget', body: { model: 'bench', messages: ASK, stream: true }, key: 'limited', mock: { chunks: 50 } },
-];
-const wanted = values.cases?.split(',');
-const CASES = wanted ? ALL_CASES.filter((c) => wanted.includes(c.id)) : ALL_CASES;
-if (CASES.length === 0) {
-  process.stderr.write(`no such case; the cases: ${ALL_CASES.map((c) => c.id).join(', ')}\n`);
-  process.exit(2);
-}
-
-async function gateway(name: 'A' | 'B', mockUrl: string): Promise<Server> {
-  const file = join(TMP, `${name}.yaml`);
-  writeFileSync(
-    file,
-    stringify({
-      workers: 1,
-      listeners: [{ name: 'proxy', address: '127.0.0.1:0', role: 'proxy' }, { name: 'admin', address: '127.0.0.1:0', role: 'admin' }],
-      providers: [
-        { name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' },
-        { name: 'mock-anthropic', type: 'anthropic', base_url: mockUrl, api_key: 'sk-upstream-bench' },
-      ],
-      models: [{ name: 'bench', provider: 'mock' }, { name: 'claude-bench', provider: 'mock-anthropic' }],
-      keys: [
-        { name: 'bench', key: KEYS.plain },
-        // Limits that never refuse at the bench's rate: the work of counting them is what is measured.
-        { name: 'limited', key: KEYS.limited, limits: { rpm: 100_000_000, tpm: 10_000_000_000, concurrent: 10_000 }, budget: { usd: 1_000_000_000 } },
-      ],
-      limits: { store: 'memory' },
-      shutdown: { min_drain_secs: 0, max_drain_secs: 5 },
-      log: { level: 'info', access_log: true },
-    }),
-  );
-  let url: string | undefined;
-  return startServer(name, [join(CHECKOUTS[name], 'dist', 'main.js'), '--config', file], (l) => {
-    if (l.event === 'listener_started' && l.listener === 'proxy') url = `http://${String(l.address)}`;
-    return l.event === 'ready' ? url : undefined;
-  });
-}
+const CASES = pickCases(values.cases);
 
 const mock = await startMock();
-const targets = [await gateway('A', mock.url), await gateway('B', mock.url)];
-const script = (_t: Server, c: Case): string =>
-  wrkPostScript(JSON.stringify(c.body), { 'content-type': 'application/json', authorization: `Bearer ${KEYS[c.key]}`, ...(c.mock ? { 'x-mock': JSON.stringify(c.mock) } : {}) });
+const targets = [await startCaseGateway('A', CHECKOUTS.A, mock.url, TMP), await startCaseGateway('B', CHECKOUTS.B, mock.url, TMP)];
+const script = (_t: Server, c: Case): string => caseScript(c);
 const measure = async (t: Server, c: Case, lua: string): Promise<number> => {
   const before = cpuTicks(t.pid);
   const load = await runWrk(`${t.url}/v1/chat/completions`, lua, SECONDS, { threads: 1, connections: 32 });

@@ -33,6 +33,7 @@ import { memory, memoryLines, rssMb, startHaproxy, ttfb, ttfbTable, warmIdleRss,
 import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
 import { runWrk, WRK_DONE } from './wrk.ts';
 import { cpuTicks, median, type Load, fixed as n } from './stats.ts';
+import { topSelf } from './cpu-profile.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -292,26 +293,6 @@ function machineInfo(generator: string, loadBefore: string, protocols: ProtocolT
     `- Load average (1 min): ${range(loads)} during the run (after each measurement); ${loadBefore} before, ${loadavg()[0]!.toFixed(2)} after (other work on the machine skews everything)`,
     '- Caveat: numbers from a shared 2-core VM are noisy (±10-20% between runs); compare ratios, not absolute values.',
   ].join('\n');
-}
-
-/** Top `n` functions by self time in a .cpuprofile, idle excluded. */
-function topSelf(file: string, n = 15): string {
-  const p = JSON.parse(readFileSync(file, 'utf8')) as {
-    nodes: { id: number; hitCount?: number; callFrame: { functionName: string; url: string; lineNumber: number } }[];
-    samples: number[];
-  };
-  const totals = new Map<string, number>();
-  let busy = 0;
-  for (const node of p.nodes) {
-    const { functionName, url, lineNumber } = node.callFrame;
-    const hits = node.hitCount ?? 0;
-    if (functionName === '(idle)' || hits === 0) continue;
-    busy += hits;
-    const key = `${functionName || '(anonymous)'}${url ? ` ${basename(url)}:${lineNumber + 1}` : ''}`;
-    totals.set(key, (totals.get(key) ?? 0) + hits);
-  }
-  const top = [...totals].sort((a, b) => b[1] - a[1]).slice(0, n);
-  return top.map(([k, hits]) => `  ${((hits / busy) * 100).toFixed(1).padStart(5)}%  ${k}`).join('\n');
 }
 
 // --- HAProxy, time to first byte, memory (bench/extras.ts) ---------------------------------------

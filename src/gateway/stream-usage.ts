@@ -21,8 +21,9 @@ export function withStreamUsage(json: Json): Json | undefined {
 
 /**
  * Removes the usage the client did not ask for; every other byte passes as it came. Found by byte
- * search, nothing decoded: a read's complete events go out as one buffer (the same buffer when
- * nothing is taken out), an event still coming waits for the next read.
+ * search, nothing decoded: one search per `"usage"` (one per event), a read's complete events go
+ * out as one buffer (the same buffer when nothing is taken out), an event still coming waits for
+ * the next read.
  */
 export class UsageStripper {
   #partial: Buffer | undefined;
@@ -30,68 +31,77 @@ export class UsageStripper {
   push(chunk: Buffer): Buffer {
     const data = this.#partial ? Buffer.concat([this.#partial, chunk]) : chunk;
     this.#partial = undefined;
-    const cuts: number[] = [];
-    let start = 0;
-    let usage = data.indexOf(USAGE);
-    for (let i = data.indexOf(LF); i !== -1; i = data.indexOf(LF, i + 1)) {
-      // An event ends at a blank line: LF LF, or LF CR LF.
-      const next = data[i + 1] === CR ? i + 2 : i + 1;
-      if (next >= data.length || data[next] !== LF) continue;
-      if (usage !== -1 && usage < next + 1) {
-        stripEvent(data, start, next + 1, cuts);
-        usage = data.indexOf(USAGE, next + 1);
-      }
-      start = next + 1;
-      i = next;
-    }
-    if (start < data.length) this.#partial = data.subarray(start);
-    return without(data, start, cuts);
+    const end = afterLastBlank(data);
+    if (end < data.length) this.#partial = data.subarray(end);
+    return strip(data, end);
   }
 
   end(): Buffer {
     const rest = this.#partial;
     this.#partial = undefined;
-    if (!rest) return EMPTY;
-    const cuts: number[] = [];
-    stripEvent(rest, 0, rest.length, cuts);
-    return without(rest, rest.length, cuts);
+    return rest ? strip(rest, rest.length) : EMPTY;
   }
 }
 
 const EMPTY = Buffer.alloc(0);
 const COMMA = 44;
 const USAGE = Buffer.from('"usage"');
+const NULL = Buffer.from(':null');
 const USAGE_NULL = Buffer.from('"usage":null');
 const NO_CHOICES = Buffer.from('"choices":[]');
+const LF_LF = Buffer.from('\n\n');
+const LF_CR_LF = Buffer.from('\n\r\n');
 
-/**
- * The ranges to take out of the event `data[from, to)`: all of it when it is the usage chunk (no
- * choices, the usage), else each `,"usage":null` or `"usage":null,` (left to right, as a regular
- * expression of the two would match them).
- */
-function stripEvent(data: Buffer, from: number, to: number, cuts: number[]): void {
-  const event = data.subarray(from, to);
-  let at = event.indexOf(USAGE_NULL);
-  if (at === -1) {
-    if (event.indexOf(USAGE) !== -1 && event.indexOf(NO_CHOICES) !== -1) cuts.push(from, to);
-    return;
-  }
-  let taken = 0; // where the last range taken out ended (in the event)
-  for (; at !== -1; at = event.indexOf(USAGE_NULL, at + 1)) {
-    const after = at + USAGE_NULL.length;
-    if (at > taken && event[at - 1] === COMMA) {
-      cuts.push(from + at - 1, from + after);
-      taken = after;
-    } else if (after < event.length && event[after] === COMMA) {
-      cuts.push(from + at, from + after + 1);
-      taken = after + 1;
-    }
-  }
+/** Where the last blank line (LF LF or LF CR LF) in `data` ends; 0: none (no event is complete). */
+function afterLastBlank(data: Buffer): number {
+  const n = data.length;
+  if (n >= 2 && data[n - 1] === LF && (data[n - 2] === LF || (n >= 3 && data[n - 2] === CR && data[n - 3] === LF))) return n;
+  return lastBlankBefore(data, n);
 }
 
-/** `data[0, end)` with the `cuts` ranges left out: `data` itself when there are none. */
-function without(data: Buffer, end: number, cuts: readonly number[]): Buffer {
-  if (cuts.length === 0) return end === data.length ? data : end === 0 ? EMPTY : data.subarray(0, end);
+/** Where the last blank line that ends at or before `at` ends; 0: none. */
+function lastBlankBefore(data: Buffer, at: number): number {
+  const a = at < 2 ? -1 : data.lastIndexOf(LF_LF, at - 2);
+  const b = at < 3 ? -1 : data.lastIndexOf(LF_CR_LF, at - 3);
+  return Math.max(a === -1 ? 0 : a + 2, b === -1 ? 0 : b + 3);
+}
+
+/** `usage` is followed by `:null`. */
+function isNull(data: Buffer, after: number): boolean {
+  for (let k = 0; k < NULL.length; k++) if (data[after + k] !== NULL[k]) return false;
+  return true;
+}
+
+/**
+ * `data[0, end)` (complete events) without each `,"usage":null` or `"usage":null,` (left to
+ * right, as a regular expression of the two would take them) and without the usage chunk (an event
+ * with `"usage"`, `"choices":[]` and no `"usage":null`).
+ */
+function strip(data: Buffer, end: number): Buffer {
+  let cuts: number[] | undefined;
+  let taken = 0; // where the last range taken out ended
+  for (let at = data.indexOf(USAGE); at !== -1 && at < end; at = data.indexOf(USAGE, at + 1)) {
+    const after = at + USAGE.length;
+    if (isNull(data, after)) {
+      const past = after + NULL.length;
+      if (past > end) break;
+      if (at > taken && data[at - 1] === COMMA) (cuts ??= []).push(at - 1, (taken = past));
+      else if (past < end && data[past] === COMMA) (cuts ??= []).push(at, (taken = past + 1));
+      continue;
+    }
+    // A usage that is not null: is its event the usage chunk? (Its bounds: the blank lines around it,
+    // the line ends that begin it left out, as an SSE parser skips them.)
+    let from = lastBlankBefore(data, at);
+    while (data[from] === LF || data[from] === CR) from++;
+    const to = eventEnd(data, at, end);
+    const event = data.subarray(from, to);
+    // (An event with a "usage":null is not the usage chunk: none of it was taken out before `from`.)
+    if (event.indexOf(NO_CHOICES) !== -1 && event.indexOf(USAGE_NULL) === -1) {
+      (cuts ??= []).push(Math.max(from, taken), (taken = to));
+      at = to - 1;
+    }
+  }
+  if (cuts === undefined) return end === data.length ? data : end === 0 ? EMPTY : data.subarray(0, end);
   let size = end;
   for (let k = 0; k < cuts.length; k += 2) size -= cuts[k + 1]! - cuts[k]!;
   const out = Buffer.allocUnsafe(size);
@@ -103,4 +113,11 @@ function without(data: Buffer, end: number, cuts: readonly number[]): Buffer {
   }
   data.copy(out, written, from, end);
   return out;
+}
+
+/** Where the event holding `at` ends: after the first blank line from `at`, or at `end`. */
+function eventEnd(data: Buffer, at: number, end: number): number {
+  const a = data.indexOf(LF_LF, at);
+  const b = data.indexOf(LF_CR_LF, at);
+  return Math.min(end, a === -1 || a >= end ? end : a + 2, b === -1 || b >= end ? end : b + 3);
 }

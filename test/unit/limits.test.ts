@@ -435,9 +435,12 @@ describe('stream usage the client did not ask for', () => {
         }
         pieces.push(bytes.subarray(at));
         assert.equal(stripped(new UsageStripper(), pieces), expected);
-        assert.equal(expected, byTextRewrite(bytes.toString('latin1')));
+        // Where no event begins with a line end, the bytes are those of the text rewrite (before it, a
+        // usage chunk was taken out with the line ends that began it; now they stay, as blank lines).
+        const text = bytes.toString('latin1');
+        if (!/^[\r\n]|\n\r?\n[\r\n]/.test(text)) assert.equal(expected, byTextRewrite(text));
       }),
-      { numRuns: 2000 },
+      { numRuns: 3000 },
     );
   });
 
