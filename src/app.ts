@@ -16,7 +16,6 @@ import { RetryBudget } from './routing/retry-budget.ts';
 import { Limiter } from './limits/limiter.ts';
 import { openStore } from './limits/open-store.ts';
 import { MemoryStore } from './limits/memory-store.ts';
-import { RedisStore } from './limits/redis-store.ts';
 import { redactUrl, redactUrlsIn } from './config/redact-url.ts';
 import type { LimitStore } from './limits/store.ts';
 import { STATE_VALUE } from './routing/targets.ts';
@@ -137,7 +136,7 @@ function drainSettings(config: Config): DrainSettings {
  * supervisor's memory). A supervisor serves no request: it holds memory counters for its workers
  * and never opens a Redis client. Store errors are counted always and logged once every 10 s.
  */
-function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined, supervisor: boolean): Limiter {
+async function createLimiter(config: Config, logger: Loggers['events'], metrics: Metrics, given: LimitStore | undefined, supervisor: boolean): Promise<Limiter> {
   let lastLogged = -Infinity;
   const where = config.limits.store === 'redis' ? redactUrl(config.limits.redis!.url) : config.limits.store;
   const logError = (fields: object, error: Error) => {
@@ -147,7 +146,7 @@ function createLimiter(config: Config, logger: Loggers['events'], metrics: Metri
     const reason = redactUrlsIn(error.message);
     logger.warn({ event: 'limit_store_error', store: where, reason, ...fields }, `the limit store (${where}) failed: ${reason}`);
   };
-  const store = given ?? (supervisor ? new MemoryStore() : openStore(config.limits, (error) => logError({ operation: 'connect' }, error)));
+  const store = given ?? (supervisor ? new MemoryStore() : await openStore(config.limits, (error) => logError({ operation: 'connect' }, error)));
   return new Limiter(store, {
     refused: (key, scope, limit) => metrics.rateLimited.add(1, key, scope, limit),
     storeError: (operation, outcome, error) => {
@@ -231,8 +230,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       })),
     ...supervision.metricsSources(),
   });
-  const limiter = createLimiter(config, logger, metrics, options.limitStore, supervision.workers > 0);
-  if (limiter.store instanceof RedisStore && !(await limiter.store.ready(config.limits.redis!.connect_timeout_ms))) {
+  const limiter = await createLimiter(config, logger, metrics, options.limitStore, supervision.workers > 0);
+  if (limiter.store.ready && !(await limiter.store.ready(config.limits.redis!.connect_timeout_ms))) {
     logger.warn({ event: 'limit_store_unreachable', store: redactUrl(config.limits.redis!.url), on_store_error: config.limits.on_store_error }, 'Redis for the limits cannot be reached yet; limits.on_store_error applies until it can');
   }
   let gatewayRef: Gateway | undefined;

@@ -1,14 +1,14 @@
 // The `sluice` command: parse arguments, load the config, start the gateway, wire the signals.
 // Loaded by main.ts once the Node.js version is known to be right.
 import cluster from 'node:cluster';
-import { availableParallelism } from 'node:os';
 import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
 import { ConfigError, loadDefaultConfig } from './config/load.ts';
 import { embeddedSource, fileSource, type ConfigSource } from './config/source.ts';
-import { EtcdSource } from './config/etcd-source.ts';
+import type { EtcdSource } from './config/etcd-source.ts';
 import { SnapshotCache } from './config/snapshot.ts';
 import { workerCount, type Config } from './config/schema.ts';
+import { machineShape } from './cluster/machine.ts';
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type RunningGateway } from './app.ts';
 import { WorkerGroup } from './cluster/worker-group.ts';
@@ -153,6 +153,8 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
       // Test seam: a slow disk (L9's allowance at the exit is tested with it).
       delayMs: Number(process.env.SLUICE_TEST_SNAPSHOT_DELAY_MS) || 0,
     });
+    // Loaded only in etcd mode: its client (gRPC, protobuf) is most of a process's memory otherwise.
+    const { EtcdSource } = await import('./config/etcd-source.ts');
     etcd = new EtcdSource({ bootstrap, settings: config.etcd, snapshot, log: logger, watchFile: config.reload.watch });
     source = etcd;
     try {
@@ -165,7 +167,8 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
       return 1;
     }
   }
-  const count = workerCount(config, availableParallelism());
+  const { cpus, memory } = machineShape();
+  const count = workerCount(config, cpus, memory);
   let gateway: RunningGateway;
   let supervision: Supervision = oneProcess;
   // E7: a generation takes its signals from its keeper only (a service manager may signal every

@@ -1,11 +1,11 @@
 // `sluice validate`, once the config has loaded: the summary line on stdout, and on stderr what the
 // gateway would warn about at start with this config. A warning never fails validation (exit 0):
 // a proxy open on purpose (a private network, a gateway behind an authenticating proxy) is valid.
-import { availableParallelism } from 'node:os';
 import { requiresClientKey, workerCount, type Config } from '../config/schema.ts';
 import { redactUrl } from '../config/redact-url.ts';
 import { NO_CLIENT_KEYS, openProxyListeners, openProxyMessage } from '../auth/open-proxy.ts';
 import { printable } from './terminal-text.ts';
+import { machineShape } from '../cluster/machine.ts';
 
 export interface ValidateOutput {
   out(text: string): void;
@@ -19,7 +19,7 @@ export function reportValid(config: Config, source: string, io: ValidateOutput =
   const resources = config.etcd
     ? `providers, models and keys in etcd (${config.etcd.endpoints.map(redactUrl).join(', ')}, prefix ${config.etcd.prefix})`
     : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys`;
-  io.out(printable(`config OK (${source}): ${config.listeners.length} listeners, ${resources}, ${workerCount(config, availableParallelism())} workers`) + '\n');
+  io.out(printable(`config OK (${source}): ${config.listeners.length} listeners, ${resources}, ${workerCount(config, machineShape().cpus, machineShape().memory)} workers`) + '\n');
   for (const warning of warnings(config)) io.err(`${printable(`warning: ${warning}`)}\n`);
   return 0;
 }

@@ -497,7 +497,8 @@ const log = z.strictObject({
 
 /**
  * Processes serving the proxy listeners: `auto` (the default) is one per CPU Node may use
- * (os.availableParallelism()); 1 runs everything in one process, with no supervisor.
+ * (os.availableParallelism()), sized down for memory (`workerCount`); 1 runs everything in one
+ * process, with no supervisor.
  */
 const WORKERS = 'expected "auto" or a whole number of worker processes from 1 to 256';
 const workers = fromEnv(z.union([z.literal('auto'), z.number().int(WORKERS).min(1, WORKERS).max(256, WORKERS)], { error: WORKERS })).default('auto');
@@ -659,9 +660,19 @@ export function requiresClientKey(config: Pick<Config, 'auth' | 'etcd'>): boolea
   return config.auth.require_key ?? config.etcd !== undefined;
 }
 
-/** How many worker processes `workers` asks for on a machine offering `cpus` CPUs. */
-export function workerCount(config: Pick<Config, 'workers'>, cpus: number): number {
-  return config.workers === 'auto' ? Math.max(1, cpus) : config.workers;
+/** `workers: auto` starts at most this many workers: each is a process of its own (about 100 MB idle), and a gateway of LLM requests is bound by its providers long before 8 cores. */
+export const AUTO_WORKERS_MAX = 8;
+/** What `workers: auto` allows each process of memory (idle, a busy one grows to about 300 MB); the group takes at most half of what the machine or its cgroup offers. */
+export const AUTO_BYTES_PER_WORKER = 256 * 1024 * 1024;
+
+/**
+ * How many worker processes `workers` asks for on a machine offering `cpus` CPUs and `memory`
+ * bytes (the cgroup's limit when there is one): `auto` is one per CPU, at most AUTO_WORKERS_MAX,
+ * and no more than half the memory holds at AUTO_BYTES_PER_WORKER each; at least 1.
+ */
+export function workerCount(config: Pick<Config, 'workers'>, cpus: number, memory: number): number {
+  if (config.workers !== 'auto') return config.workers;
+  return Math.max(1, Math.min(cpus, AUTO_WORKERS_MAX, Math.floor(memory / 2 / AUTO_BYTES_PER_WORKER)));
 }
 export type ListenerConfig = Config['listeners'][number];
 export type TlsConfig = NonNullable<ListenerConfig['tls']>;

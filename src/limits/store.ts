@@ -102,6 +102,8 @@ export interface Renewal {
 
 export interface LimitStore {
   readonly kind: string;
+  /** A store across the network (Redis): resolves true once it answers, false after `ms` without. */
+  ready?(ms: number): Promise<boolean>;
   acquire(ask: Ask): Verdict | Promise<Verdict>;
   settle(settlement: Settlement): void | Promise<void>;
   renew(renewals: readonly Renewal[], leaseMs: number): void | Promise<void>;

@@ -704,9 +704,14 @@ describe('workers', () => {
   test('defaults to auto: one worker per CPU Node may use, at least one', () => {
     const config = parseConfig(PROXY, 'test.yaml', {});
     assert.equal(config.workers, 'auto');
-    assert.equal(workerCount(config, 8), 8);
-    assert.equal(workerCount(config, 0), 1);
-    assert.equal(workerCount(parseConfig(`workers: 3\n${PROXY}`, 'test.yaml', {}), 8), 3);
+    const GB = 1024 ** 3;
+    assert.equal(workerCount(config, 8, 64 * GB), 8);
+    assert.equal(workerCount(config, 0, 64 * GB), 1);
+    assert.equal(workerCount(config, 64, 256 * GB), 8, 'auto: at most 8 processes');
+    assert.equal(workerCount(config, 16, 2 * GB), 4, 'auto: half the memory at 256 MB each');
+    assert.equal(workerCount(config, 4, 512 * 1024 ** 2), 1, 'a container of 512 MB: one process');
+    assert.equal(workerCount(parseConfig(`workers: 3\n${PROXY}`, 'test.yaml', {}), 8, GB), 3, 'a number is taken as it is');
+    assert.equal(workerCount(parseConfig(`workers: 64\n${PROXY}`, 'test.yaml', {}), 64, GB), 64);
   });
 
   test('takes a number from the environment, and names the key when it is wrong', () => {
