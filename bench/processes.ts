@@ -44,8 +44,8 @@ export function launch(cpu: string, cmd: string, args: string[], env?: Record<st
 }
 
 /** Starts a server and resolves once `urlFrom` finds its URL in a stdout JSON line; stdout is drained after. */
-export async function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0'): Promise<Server> {
-  const child = launch(cpu, process.execPath, args);
+export async function startServer(name: string, args: string[], urlFrom: (line: Record<string, unknown>) => string | undefined, cpu = '0', env?: Record<string, string>): Promise<Server> {
+  const child = launch(cpu, process.execPath, args, env);
   let stderr = '';
   child.stderr!.on('data', (d: Buffer) => (stderr = (stderr + d.toString()).slice(-4000)));
   const url = await readyUrl(name, child, urlFrom, () => stderr);

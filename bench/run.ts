@@ -3,6 +3,7 @@
 //   npm run bench                 5 rounds x 5 s per run (about 10 minutes)
 //   npm run bench -- --quick      2 rounds x 2 s per run (about 2 minutes)
 //   npm run bench -- --profile    also run the gateways under --cpu-prof and print the hottest functions
+//   npm run bench -- --headline   also rewrite the headline table of BENCHMARKS.md (npm run bench:headline)
 //   npm run bench -- --soak       only the soak: 1,000,000 requests through the production gateway, memory sampled
 //                                 as it goes (about 5 minutes; results in bench/results/soak.md)
 //
@@ -34,6 +35,7 @@ import { measureGroup, scalingTable, type ScalingSample } from './workers.ts';
 import { runWrk, WRK_DONE } from './wrk.ts';
 import { cpuTicks, median, type Load, fixed as n } from './stats.ts';
 import { topSelf } from './cpu-profile.ts';
+import { commitMeasured, headline, writeHeadline } from './headline.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const RESULTS = join(ROOT, 'bench', 'results');
@@ -42,9 +44,11 @@ const FLAGS = process.argv.slice(2);
 const QUICK = FLAGS.includes('--quick');
 const PROFILE = FLAGS.includes('--profile');
 const SOAK = FLAGS.includes('--soak');
+/** Rewrites the headline table of BENCHMARKS.md (bench/headline.ts) with this run's figures. */
+const HEADLINE = FLAGS.includes('--headline');
 /** Requests in a soak run (SOAK_REQUESTS overrides, for a shorter try). */
 const SOAK_REQUESTS = Number(process.env.SOAK_REQUESTS) || 1_000_000;
-const S = { rounds: QUICK ? 2 : 5, seconds: QUICK ? 2 : 5, warmupSeconds: 1, connections: 32, threads: 1 };
+const S = { rounds: QUICK ? 2 : 5, seconds: QUICK ? 2 : 5, warmupSeconds: 1, connections: 64, threads: 1 };
 const CLIENT_KEY = 'sk-bench-client-key-0123456789';
 const CLK_TCK = Number(spawnSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).stdout) || 100;
 const WRK = onPath('wrk');
@@ -295,6 +299,19 @@ function machineInfo(generator: string, loadBefore: string, protocols: ProtocolT
   ].join('\n');
 }
 
+/** VmRSS (MB) of the embedded default (no config file) at one process, 3 s after it is ready and never asked anything. */
+async function embeddedIdleRss(): Promise<number> {
+  let url: string | undefined;
+  const server = await startProcess('embedded', ['dist/main.js'], (l) => {
+    if (l.event === 'listener_started' && l.listener === 'proxy') url = `http://${String(l.address)}`;
+    return l.event === 'ready' ? url : undefined;
+  }, '0', { SLUICE_WORKERS: '1', SLUICE_CONFIG: '' });
+  await new Promise((r) => setTimeout(r, 3000));
+  const rss = rssMb(server.pid);
+  await stop(server);
+  return rss;
+}
+
 // --- HAProxy, time to first byte, memory (bench/extras.ts) ---------------------------------------
 
 async function startHaproxyServer(mockUrl: string): Promise<Server | undefined> {
@@ -423,9 +440,9 @@ async function startProtocolsGateway(mockUrl: string): Promise<{ gateway?: Serve
 }
 
 async function main(): Promise<void> {
-  const unknown = FLAGS.filter((f) => f !== '--quick' && f !== '--profile' && f !== '--soak');
+  const unknown = FLAGS.filter((f) => !['--quick', '--profile', '--soak', '--headline'].includes(f));
   if (unknown.length > 0) {
-    process.stderr.write(`usage: npm run bench [-- --quick] [-- --profile] [-- --soak] (unknown: ${unknown.join(' ')})\n`);
+    process.stderr.write(`usage: npm run bench [-- --quick] [-- --profile] [-- --soak] [-- --headline] (unknown: ${unknown.join(' ')})\n`);
     process.exit(2);
   }
   // Our own work (draining the access log) goes to the generator's CPU, not the servers'.
@@ -451,6 +468,9 @@ async function main(): Promise<void> {
   ];
   const haproxy = await startHaproxyServer(mock.url);
   if (haproxy) targets.push({ name: 'haproxy', url: haproxy.url, gateway: haproxy, ...plain });
+  // The floor of any Node gateway (bench/floor-proxy.ts): what Node and undici cost by themselves.
+  const floor: Server = { ...(await startProcess('node-floor', ['bench/floor-proxy.ts', mock.url], (l) => l.floor as string | undefined)), urls: {} };
+  targets.push({ name: 'node-floor', url: floor.url, gateway: floor, ...plain });
   const { gateway: protocols, targets: protocolTargets, ca } = await startProtocolsGateway(mock.url);
   for (const t of protocolTargets) {
     targets.push({ name: t.name, group: 'protocols', url: protocols!.urls[t.listener]!, gateway: protocols, protocol: t.protocol, tls: t.tls });
@@ -475,9 +495,10 @@ async function main(): Promise<void> {
 
   const ttfbResults = await measureTtfb(targets.filter((t) => t.group === 'overhead'));
   const mem = { warm: warmRss, ...(await measureMemory(bare)) };
+  const embeddedRss = await embeddedIdleRss();
 
   const gateways = [bare, production, ...(protocols ? [protocols] : [])];
-  await Promise.all([...gateways, ...(haproxy ? [haproxy] : []), mock].map(stop));
+  await Promise.all([...gateways, ...(haproxy ? [haproxy] : []), floor, mock].map(stop));
   const scaling = WRK && CPU_COUNT >= 2 ? await measureScaling(luaFile) : [];
 
   const overhead = targets.filter((t) => t.group === 'overhead');
@@ -494,6 +515,15 @@ async function main(): Promise<void> {
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, 'latest.md'), md);
   process.stdout.write(`\nwritten to ${join('bench', 'results', 'latest.md')}\n`);
+  md += `\n## Idle memory of the embedded default\n\n- One process (\`workers: 1\`), 3 s after it is ready, no request: **${embeddedRss.toFixed(1)} MB** VmRSS\n`;
+  if (HEADLINE && haproxy) {
+    const block = headline(
+      { results, chat: CASES[0]!.name, stream: CASES[1]!.name, ttfb: ttfbResults, embeddedRss, connections: S.connections, rounds: S.rounds, seconds: S.seconds, quick: QUICK },
+      commitMeasured(ROOT),
+    );
+    writeHeadline(join(ROOT, 'BENCHMARKS.md'), block);
+    process.stdout.write(`\n${block}\n\nwritten to the head of BENCHMARKS.md\n`);
+  }
   if (PROFILE) {
     for (const { name } of gateways) {
       const file = join(PROFILES, `${name}.cpuprofile`);
