@@ -30,7 +30,8 @@ export interface HeadlineInputs {
 export function commitMeasured(root: string): string {
   const git = (...args: string[]) => spawnSync('git', args, { cwd: root, encoding: 'utf8' }).stdout.trim();
   const hash = git('rev-parse', '--short', 'HEAD') || 'unknown';
-  return git('status', '--porcelain', '--untracked-files=no') === '' ? hash : `${hash} (with uncommitted changes)`;
+  // (BENCHMARKS.md and bench/results/ are what a run writes: not changes to what was measured.)
+  return git('status', '--porcelain', '--untracked-files=no', '--', '.', ':!BENCHMARKS.md', ':!bench/results') === '' ? hash : `${hash} (with uncommitted changes)`;
 }
 
 export function headline(input: HeadlineInputs, commit: string, date = new Date()): string {
