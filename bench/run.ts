@@ -511,11 +511,11 @@ async function main(): Promise<void> {
     md += `\n## TLS and HTTP/2 (gateway "protocols", each protocol vs its HTTP/1.1 cleartext listener)\n\n${protocolTable(results, protocolTargets)}\n\n` +
       `${protocolSummary(results.get(CASES[0]!.name)!, protocolTargets)}\n`;
   }
+  md += `\n## Idle memory of the embedded default\n\n- One process (\`workers: 1\`), 3 s after it is ready, no request: **${embeddedRss.toFixed(1)} MB** VmRSS\n`;
   process.stdout.write(`\n${md}`);
   mkdirSync(RESULTS, { recursive: true });
   writeFileSync(join(RESULTS, 'latest.md'), md);
   process.stdout.write(`\nwritten to ${join('bench', 'results', 'latest.md')}\n`);
-  md += `\n## Idle memory of the embedded default\n\n- One process (\`workers: 1\`), 3 s after it is ready, no request: **${embeddedRss.toFixed(1)} MB** VmRSS\n`;
   if (HEADLINE && haproxy) {
     const block = headline(
       { results, chat: CASES[0]!.name, stream: CASES[1]!.name, ttfb: ttfbResults, embeddedRss, connections: S.connections, rounds: S.rounds, seconds: S.seconds, quick: QUICK },
