@@ -3,14 +3,13 @@
 // the top functions by self time, and the busy time by the gateway's own source file.
 //   npm run build && node bench/profile.ts [--cases stream,chat] [--seconds 10]
 // Profiles are written to bench/results/profiles/<case>.cpuprofile (open them in Chrome's DevTools).
-import { mkdirSync, mkdtempSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { cleanUp, startMock, stop } from './processes.ts';
 import { caseScript, pickCases, startCaseGateway } from './cases.ts';
 import { runWrk } from './wrk.ts';
-import { writeFileSync } from 'node:fs';
 import { byOwnFile, topSelf } from './cpu-profile.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
@@ -28,7 +27,7 @@ for (const c of CASES) {
   const gateway = await startCaseGateway(c.id, ROOT, mock.url, TMP, ['--cpu-prof', '--cpu-prof-dir', PROFILES, '--cpu-prof-name', name]);
   const lua = join(TMP, `${c.id}.lua`);
   writeFileSync(lua, caseScript(c));
-  // A warm-up outside nothing: the whole run is profiled, start included; the load dominates it.
+  // No warm-up left out: the whole run is profiled, the start included (the load dominates it).
   const load = await runWrk(`${gateway.url}/v1/chat/completions`, lua, SECONDS, { threads: 1, connections: 32 });
   await stop(gateway);
   const file = join(PROFILES, name);

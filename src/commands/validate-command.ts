@@ -19,7 +19,7 @@ export function reportValid(config: Config, source: string, io: ValidateOutput =
   const resources = config.etcd
     ? `providers, models and keys in etcd (${config.etcd.endpoints.map(redactUrl).join(', ')}, prefix ${config.etcd.prefix})`
     : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys`;
-  io.out(printable(`config OK (${source}): ${config.listeners.length} listeners, ${resources}, ${workerCount(config, machineShape().cpus, machineShape().memory)} workers`) + '\n');
+  io.out(printable(`config OK (${source}): ${config.listeners.length} listeners, ${resources}, ${workers(config)} workers`) + '\n');
   for (const warning of warnings(config)) io.err(`${printable(`warning: ${warning}`)}\n`);
   return 0;
 }
@@ -34,4 +34,10 @@ function warnings(config: Config): string[] {
   // A config file that requires a key and lists none serves nothing: the gateway's `ready` line says so.
   if (!config.etcd && requiresClientKey(config) && config.keys.length === 0) found.push(`${NO_CLIENT_KEYS}, and readiness fails (client_keys) until one is added`);
   return found;
+}
+
+/** How many worker processes `config` starts on this machine. */
+function workers(config: Config): number {
+  const { cpus, memory } = machineShape();
+  return workerCount(config, cpus, memory);
 }

@@ -217,8 +217,9 @@ export class Gateway {
     if (entry instanceof GatewayError) return refuseBeforeBody(ctx, decision, entry);
     // Settled when the response closes (replaced by the admission's settlement once admitted).
     if (entry !== undefined) {
-      ctx.whenFinished(() => entry.leave());
-      ctx.beforeEnd = () => entry.leave();
+      const leave = () => entry.leave();
+      ctx.whenFinished(leave);
+      ctx.beforeEnd = leave;
     }
     const read = await reading;
     // The request ended while its body was read (its place is given back): nothing more to do.

@@ -126,7 +126,7 @@ export class StreamEndWatch {
  * The last blank line (LF LF, or with `crs` LF CR LF too) within `buf[from, to)`: where its event
  * ends (after the first LF) and where it ends. A read usually ends with one: that costs no search.
  */
-function lastBlank(buf: Buffer, from: number, to: number, crs: boolean): { at: number; end: number } | undefined {
+export function lastBlank(buf: Buffer, from: number, to: number, crs: boolean): { at: number; end: number } | undefined {
   if (to - 2 >= from && buf[to - 1] === LF) {
     if (buf[to - 2] === LF) return { at: to - 1, end: to };
     if (crs && to - 3 >= from && buf[to - 2] === CR && buf[to - 3] === LF) return { at: to - 2, end: to };

@@ -4,6 +4,7 @@
 // `{}`, `include_usage: false`); when the client did not ask for it, what that adds is taken out
 // again: the last chunk (empty `choices`, the usage) and the `"usage":null` of every other one.
 import type { Json } from '../translate/types.ts';
+import { lastBlank } from './stream-end.ts';
 
 const LF = 10;
 const CR = 13;
@@ -52,18 +53,9 @@ const NO_CHOICES = Buffer.from('"choices":[]');
 const LF_LF = Buffer.from('\n\n');
 const LF_CR_LF = Buffer.from('\n\r\n');
 
-/** Where the last blank line (LF LF or LF CR LF) in `data` ends; 0: none (no event is complete). */
-function afterLastBlank(data: Buffer): number {
-  const n = data.length;
-  if (n >= 2 && data[n - 1] === LF && (data[n - 2] === LF || (n >= 3 && data[n - 2] === CR && data[n - 3] === LF))) return n;
-  return lastBlankBefore(data, n);
-}
-
-/** Where the last blank line that ends at or before `at` ends; 0: none. */
-function lastBlankBefore(data: Buffer, at: number): number {
-  const a = at < 2 ? -1 : data.lastIndexOf(LF_LF, at - 2);
-  const b = at < 3 ? -1 : data.lastIndexOf(LF_CR_LF, at - 3);
-  return Math.max(a === -1 ? 0 : a + 2, b === -1 ? 0 : b + 3);
+/** Where the last blank line (LF LF or LF CR LF) within `data[0, to)` ends; 0: none. */
+function afterLastBlank(data: Buffer, to = data.length): number {
+  return lastBlank(data, 0, to, true)?.end ?? 0;
 }
 
 /** `usage` is followed by `:null`. */
@@ -91,7 +83,7 @@ function strip(data: Buffer, end: number): Buffer {
     }
     // A usage that is not null: is its event the usage chunk? (Its bounds: the blank lines around it,
     // the line ends that begin it left out, as an SSE parser skips them.)
-    let from = lastBlankBefore(data, at);
+    let from = afterLastBlank(data, at);
     while (data[from] === LF || data[from] === CR) from++;
     const to = eventEnd(data, at, end);
     const event = data.subarray(from, to);
