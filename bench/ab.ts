@@ -1,6 +1,7 @@
 // Two builds of the gateway side by side, to measure what a change costs on the request path, case
 // by case:
 //   npm run build && node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S] [--cases a,b]
+//     [--a-flags="--node-flag ..."] [--b-flags="..."]
 // A_CHECKOUT is another checkout with its own `dist/` (a `git worktree` of the commit before the
 // change, built, with `node_modules` beside it); B_CHECKOUT defaults to this one. Both gateways run
 // the same config (client keys, access log to a pipe, metrics: "production" in bench/run.ts) against
@@ -27,7 +28,14 @@ import { interleavedRounds, runWrk } from './wrk.ts';
 const ROOT = resolve(import.meta.dirname, '..');
 const { values, positionals } = parseArgs({
   allowPositionals: true,
-  options: { rounds: { type: 'string', default: '6' }, seconds: { type: 'string', default: '5' }, cases: { type: 'string' } },
+  options: {
+    rounds: { type: 'string', default: '6' },
+    seconds: { type: 'string', default: '5' },
+    cases: { type: 'string' },
+    // Node flags for one side only (the same build twice with a V8 flag on one side, for example).
+    'a-flags': { type: 'string', default: '' },
+    'b-flags': { type: 'string', default: '' },
+  },
 });
 if (positionals.length < 1 || positionals.length > 2) {
   process.stderr.write('usage: node bench/ab.ts A_CHECKOUT [B_CHECKOUT] [--rounds N] [--seconds S] [--cases chat,stream,...]\n');
@@ -42,7 +50,11 @@ cleanUp.push(TMP);
 const CASES = pickCases(values.cases);
 
 const mock = await startMock();
-const targets = [await startCaseGateway('A', CHECKOUTS.A, mock.url, TMP), await startCaseGateway('B', CHECKOUTS.B, mock.url, TMP)];
+const flags = (text: string): string[] => text.split(' ').filter(Boolean);
+const targets = [
+  await startCaseGateway('A', CHECKOUTS.A, mock.url, TMP, flags(values['a-flags'])),
+  await startCaseGateway('B', CHECKOUTS.B, mock.url, TMP, flags(values['b-flags'])),
+];
 const script = (_t: Server, c: Case): string => caseScript(c);
 const measure = async (t: Server, c: Case, lua: string): Promise<number> => {
   const before = cpuTicks(t.pid);

@@ -58,3 +58,34 @@ export function byOwnFile(file: string, n = 20): string {
   const top = [...totals].sort((a, b) => b[1] - a[1]).slice(0, n);
   return top.map(([k, hits]) => `  ${percent(hits, busy)}%  ${k}`).join('\n');
 }
+
+interface AllocNode { id: number; selfSize: number; children: AllocNode[]; callFrame: { functionName: string; url: string; lineNumber: number } }
+
+/**
+ * An allocation profile (bench/alloc-sampling.mjs) read per request: the bytes allocated by each
+ * of the top `n` functions, and by the gateway's own source files (what they call included), each
+ * divided by the number of requests the load made.
+ */
+export function allocations(file: string, requests: number, n = 15): string {
+  const { head } = JSON.parse(readFileSync(file, 'utf8')) as { head: AllocNode };
+  const bySelf = new Map<string, number>();
+  const byFile = new Map<string, number>();
+  let total = 0;
+  const walk = (node: AllocNode, owner: string): void => {
+    const { functionName, url, lineNumber } = node.callFrame;
+    const at = url.indexOf('/dist/');
+    const mine = at !== -1 && !url.includes('/node_modules/') ? url.slice(at + 6) : owner;
+    if (node.selfSize > 0) {
+      total += node.selfSize;
+      const key = `${functionName || '(anonymous)'}${url ? ` ${basename(url)}:${lineNumber + 1}` : ''}`;
+      bySelf.set(key, (bySelf.get(key) ?? 0) + node.selfSize);
+      byFile.set(mine, (byFile.get(mine) ?? 0) + node.selfSize);
+    }
+    for (const child of node.children) walk(child, mine);
+  };
+  walk(head, 'outside the gateway\'s code');
+  const rows = (totals: Map<string, number>, count: number): string =>
+    [...totals].sort((a, b) => b[1] - a[1]).slice(0, count).map(([k, bytes]) => `  ${(bytes / requests).toFixed(0).padStart(7)} B  ${percent(bytes, total)}%  ${k}`).join('\n');
+  return `${(total / requests).toFixed(0)} bytes allocated per request (sampled)\n\nTop ${n} functions by bytes allocated, per request:\n${rows(bySelf, n)}\n\n` +
+    `By the gateway's source file (what it calls included), per request:\n${rows(byFile, 20)}`;
+}
