@@ -5,11 +5,12 @@ import type { Config } from './config/schema.ts';
 import { Lifecycle } from './lifecycle/lifecycle.ts';
 import type { DrainSettings } from './lifecycle/contracts.ts';
 import { systemClock } from './lifecycle/clock.ts';
+import { ExitSequence, exitBoundMs } from './lifecycle/exit-steps.ts';
 import type { HealthCheck } from './lifecycle/health.ts';
 import { Metrics, type MetricsJson } from './telemetry/metrics.ts';
 import { AccessLog } from './telemetry/access-log.ts';
 import { flushLogger, type Loggers } from './telemetry/logger.ts';
-import { startTracing } from './telemetry/tracing.ts';
+import { startTracing } from './telemetry/start-tracing.ts';
 import { Gateway, createRouting, type Routing } from './gateway/gateway.ts';
 import { NO_CLIENT_KEYS, openProxyMessage, OpenProxyWarnings } from './auth/open-proxy.ts';
 import { RetryBudget } from './routing/retry-budget.ts';
@@ -105,9 +106,6 @@ export interface ConfigSourceControl {
   close(flushMs: number): Promise<boolean>;
 }
 
-/** L9: how long a snapshot write still in progress at the exit may take (the guide's number; in the sizing formula). */
-export const SNAPSHOT_FLUSH_MS = 5000;
-
 /** What the admin API and /server_info know of hot restart (E7). */
 export interface HotRestartControl {
   info(): object;
@@ -182,22 +180,17 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
           listener.stopAccepting();
         }
       },
-      shutdown: async (forced) => {
-        // L9: pools close once their requests are done (nothing is in flight by now); a forced end
-        // (L8) aborts what is still going upstream instead of waiting for it.
-        await Promise.allSettled([
-          ...[...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close())),
-          closeSource(),
-          // Usage of the requests that finished is committed to the limit store, then its client closes.
-          limiter.close(SNAPSHOT_FLUSH_MS),
-          // Whoever watches the status page or `sluice status` is told, last (`exited`).
-          statusFeed.close(lifecycle.forcedReason),
-          // The spans not yet exported, within tracing.flush_timeout_ms.
-          tracing?.shutdown(),
-        ]);
-        await supervision.stopped();
-        flushLogger(logger);
-      },
+      // L9, in the order of lifecycle/exit-steps.ts (what `sluice plan` counts).
+      shutdown: (forced) =>
+        new ExitSequence()
+          .set('upstream_pools', () => Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close()))))
+          .set('snapshot_write', () => closeSource())
+          .set('usage_commit', () => limiter.close(exitBoundMs('usage_commit')))
+          .set('tracing_flush', () => tracing?.shutdown())
+          .set('status_page', () => statusFeed.close(lifecycle.forcedReason))
+          .set('workers', () => supervision.stopped())
+          .set('logs', () => flushLogger(logger))
+          .run(forced, (step, error) => logger.warn({ event: 'exit_step_failed', step, reason: redactUrlsIn(String((error as Error)?.message ?? error)) }, `the exit step ${step} failed; the others went on`)),
       // Read when asked: `lifecycle` and `info` exist by the time a hook runs.
       ...supervision.lifecycleHooks({
         get state() {
@@ -207,20 +200,21 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       }),
     },
   });
-  // L9: the etcd client closes; a snapshot write in progress gets at most SNAPSHOT_FLUSH_MS once nothing is in flight.
+  // L9: the etcd client closes; a snapshot write in progress gets its bound once nothing is in flight.
   const closeSource = async () => {
     const source = options.configSource;
     if (!source) return;
     const startedAt = Date.now();
-    if (!(await source.close(SNAPSHOT_FLUSH_MS))) {
-      logger.warn({ event: 'snapshot_flush_timeout', waited_ms: Date.now() - startedAt }, `the snapshot cache write did not finish within ${SNAPSHOT_FLUSH_MS / 1000} s; exiting without it (the previous snapshot stays whole)`);
+    const boundMs = exitBoundMs('snapshot_write');
+    if (!(await source.close(boundMs))) {
+      logger.warn({ event: 'snapshot_flush_timeout', waited_ms: Date.now() - startedAt }, `the snapshot cache write did not finish within ${boundMs / 1000} s; exiting without it (the previous snapshot stays whole)`);
     }
   };
   const metrics = new Metrics({
     ...(options.configSource ? { configSource: () => options.configSource!.state() } : {}),
     connections: () => lifecycle.connections.counts(),
     draining: () => lifecycle.draining,
-    drainDurationSeconds: () => lifecycle.drainSeconds(),
+    drainDurationSeconds: () => lifecycle.status.seconds(),
     targets: () =>
       [...(gatewayRef?.routing.targets.all() ?? [])].map((t) => ({
         provider: t.provider,
@@ -278,7 +272,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const healthChecks = (): HealthCheck[] => [
     { name: 'config_loaded', ok: current.resources_pending === undefined },
     { name: 'client_keys', ok: !gateway.routing.keys.closed, detail: NO_CLIENT_KEYS },
-    { name: 'healthcheck_ok', ok: !lifecycle.healthCheckFailed },
+    { name: 'healthcheck_ok', ok: !lifecycle.health.failed },
     { name: 'listeners_up', ok: listeners.every((l) => l.accepting) },
     { name: 'not_draining', ok: !lifecycle.draining },
     ...supervision.healthChecks(),
@@ -286,13 +280,13 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const info = (): ProcessInfo => ({
     state: lifecycle.state,
     ready: lifecycle.ready() && healthChecks().every((c) => c.ok),
-    healthcheck_failed: lifecycle.healthCheckFailed,
+    healthcheck_failed: lifecycle.health.failed,
     in_flight: lifecycle.inFlight,
     open_connections: lifecycle.connections.size,
     connections: lifecycle.connections.counts(),
-    drain: lifecycle.drainInfo() ?? null,
-    waiting_for: lifecycle.draining ? lifecycle.waitingFor() : null,
-    probe_connections: lifecycle.probeConnections,
+    drain: lifecycle.status.info() ?? null,
+    waiting_for: lifecycle.draining ? lifecycle.status.waitingFor() : null,
+    probe_connections: lifecycle.status.probeConnections,
     listeners: listeners.map((l) => ({ name: l.name, role: l.role, address: l.configuredAddress, accepting: l.accepting, tls: l.tls, protocols: l.protocols })),
     requests_started: lifecycle.requestsStarted,
     rss_bytes: process.memoryUsage.rss(),
@@ -308,9 +302,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     ...info(),
     pid: process.pid,
     in_flight_by: [...metrics.inFlight.cells()].filter((c) => c.value > 0).map((c) => ({ endpoint: c.labels.endpoint!, protocol: c.labels.protocol!, count: c.value })),
-    open_work: lifecycle.openWork(OPEN_WORK_SHOWN),
-    drain_window_secs: lifecycle.drainWindowSecs(),
-    drain_moments: lifecycle.drainMoments(),
+    open_work: lifecycle.status.openWork(OPEN_WORK_SHOWN),
+    drain_window_secs: lifecycle.status.windowSecs(),
+    drain_moments: lifecycle.status.moments(),
   });
   let lastReload: LastReload | null = null;
   const configFacts = (): ConfigFacts => {
@@ -330,8 +324,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       pid: process.pid,
       exit_code: forced !== undefined ? 1 : supervision.exitCode,
       forced: forced ?? null,
-      drain_secs: Math.round(lifecycle.drainSeconds() * 1000) / 1000,
-      timeline: lifecycle.drainMoments(),
+      drain_secs: Math.round(lifecycle.status.seconds() * 1000) / 1000,
+      timeline: lifecycle.status.moments(),
     }),
     intervalMs: () => (lifecycle.draining ? 500 : 1000),
     maxWatchers: 32,
@@ -386,7 +380,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   const newListener = (l: Config['listeners'][number], c: Config) => new Listener(l, c.downstream, lifecycle, logger, handlersFor(l.role), sockets);
 
   registerScopes(config);
-  if (options.healthCheckFailed) lifecycle.failHealthCheck();
+  if (options.healthCheckFailed) lifecycle.health.fail();
   listeners = config.listeners.map((l) => newListener(l, config));
   try {
     for (const listener of listeners) await open(listener);

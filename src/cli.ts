@@ -16,7 +16,7 @@ import { GroupSupervision, oneProcess, type Supervision } from './cluster/superv
 import { runWorker } from './worker.ts';
 import { Keeper } from './hot-restart/keeper.ts';
 import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
-import { requestRestart } from './hot-restart/restart-command.ts';
+import { requestRestart } from './commands/restart-command.ts';
 import { applyResources, getResources } from './commands/resources-command.ts';
 import { planCommand } from './commands/plan-command.ts';
 import { followStatus } from './commands/status-command.ts';
@@ -234,7 +234,7 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
         void started.drain(signal);
         // (Nothing to say when the drain is already over.)
         if (terminal && started.lifecycle.draining) {
-          const waiting = started.lifecycle.waitingFor();
+          const waiting = started.lifecycle.status.waitingFor();
           const what =
             waiting.window_secs_left > 0
               ? `keeping the listeners open ${waiting.window_secs_left} s (shutdown.min_drain_secs), then finishing what is in flight`

@@ -64,7 +64,7 @@ export async function runWorker(version: string): Promise<number> {
     return 1;
   }
   const running = gateway;
-  if (start.healthCheckFailed) running.lifecycle.failHealthCheck();
+  if (start.healthCheckFailed) running.lifecycle.health.fail();
   for (const message of early.splice(0)) handle(running, message);
   // Without its supervisor no new connections come: finish what is in flight and go (also if it
   // went while this worker was starting).
@@ -92,8 +92,8 @@ export async function runWorker(version: string): Promise<number> {
         const command = message.command;
         if (command.kind === 'drain') void gw.lifecycle.drain(command.trigger, command.options);
         else if (command.kind === 'force') gw.force(command.reason);
-        else if (command.failed) gw.lifecycle.failHealthCheck();
-        else gw.lifecycle.restoreHealthCheck();
+        else if (command.failed) gw.lifecycle.health.fail();
+        else gw.lifecycle.health.restore();
         return;
       }
       case 'reload':

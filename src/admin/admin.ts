@@ -118,10 +118,10 @@ export class AdminRoutes implements RouteTable {
       case '/server_info':
         return this.#async(ctx, this.#env.serverInfo().then((info) => ({ type: 'application/json', body: JSON.stringify(info) })));
       case '/healthcheck/fail':
-        lifecycle.failHealthCheck();
+        lifecycle.health.fail();
         return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'healthcheck_failed' }));
       case '/healthcheck/ok':
-        lifecycle.restoreHealthCheck();
+        lifecycle.health.restore();
         return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'healthcheck_ok' }));
       case '/drain_listeners': {
         const graceful = query.has('graceful');
@@ -135,14 +135,14 @@ export class AdminRoutes implements RouteTable {
           exit: graceful && !skipExit,
           windowSecs: this.#env.drainTimeSecs,
         });
-        return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'draining', drain: lifecycle.drainInfo() }));
+        return sendJson(ctx, lifecycle, 200, JSON.stringify({ status: 'draining', drain: lifecycle.status.info() }));
       }
       case '/hot_restart': {
         const hotRestart = this.#env.hotRestart;
         if (!hotRestart) {
           return sendError(ctx, lifecycle, new GatewayError(409, 'invalid_request_error', 'hot_restart_disabled', 'hot restart is not enabled: start Sluice with hot_restart.enabled: true'));
         }
-        if (lifecycle.drainInfo()) return sendError(ctx, lifecycle, new GatewayError(409, 'invalid_request_error', 'draining', 'this generation is draining: the next one may already serve'));
+        if (lifecycle.status.info()) return sendError(ctx, lifecycle, new GatewayError(409, 'invalid_request_error', 'draining', 'this generation is draining: the next one may already serve'));
         hotRestart.request('admin:/hot_restart');
         return sendJson(ctx, lifecycle, 202, JSON.stringify({ status: 'requested', hot_restart: hotRestart.info() }));
       }

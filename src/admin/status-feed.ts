@@ -7,6 +7,7 @@ import type { RequestContext } from '../server/context.ts';
 import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { sendError, writeHead } from '../server/respond.ts';
 import { GatewayError } from '../api/errors.ts';
+import { exitBoundMs } from '../lifecycle/exit-steps.ts';
 
 export interface StatusFeedOptions {
   /** The next tick's data (`event: status`). */
@@ -27,8 +28,8 @@ interface Watcher {
   behind: boolean;
 }
 
-/** How long the exit waits for the `exited` events to be written. */
-export const EXIT_FLUSH_MS = 1000;
+/** How long the exit waits for the `exited` events to be written (its step of lifecycle/exit-steps.ts). */
+export const EXIT_FLUSH_MS = exitBoundMs('status_page');
 
 export class StatusFeed {
   readonly #options: StatusFeedOptions;

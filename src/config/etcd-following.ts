@@ -6,10 +6,16 @@
 // 30 s while it lasts (`etcd_not_following`, with how long and the last error), and when it ends
 // (`etcd_connected`); /server_info (`config_source`), the status stream and page, and
 // `sluice_etcd_connected` show it.
-import type { Logger } from '../telemetry/logger.ts';
 import { redactUrlsIn } from './redact-url.ts';
 
 /** What /server_info and the status stream show of it. */
+/** The lines the etcd source writes (the process's logger; config/ knows no more of it). */
+export interface EtcdLog {
+  info(fields: object, message: string): void;
+  warn(fields: object, message: string): void;
+  error(fields: object, message: string): void;
+}
+
 export interface FollowingInfo {
   readonly following: boolean;
   /** When the current state began (ISO 8601). */
@@ -19,7 +25,7 @@ export interface FollowingInfo {
 }
 
 export interface FollowingOptions {
-  log: Logger;
+  log: EtcdLog;
   endpoints: readonly string[];
   /** Strings that must never appear in a message (the etcd password). */
   secrets: readonly string[];

@@ -8,7 +8,6 @@
 // renewed when etcd refuses its auth token, is in `etcd-client.ts`; whether it follows etcd now,
 // and how that is said, in `etcd-following.ts`.
 import type { Etcd3, IKeyValue, Watcher } from 'etcd3';
-import type { Logger } from '../telemetry/logger.ts';
 import type { ConfigSource } from './source.ts';
 import type { Config } from './schema.ts';
 import { checkResource, parseResourceKey, resourceKey, ResourceSet, type Checked, type Rejection, type Resource, type ResourceKind } from './resources.ts';
@@ -16,7 +15,7 @@ import type { ResourceVariables } from './resource-variables.ts';
 import type { SnapshotCache } from './snapshot.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from './store.ts';
 import { EtcdConnection, isRefusal, isTokenRefusal, type EtcdSettings } from './etcd-client.ts';
-import { EtcdFollowing, type FollowingInfo } from './etcd-following.ts';
+import { EtcdFollowing, type EtcdLog, type FollowingInfo } from './etcd-following.ts';
 import { redactUrl, redactUrlsIn } from './redact-url.ts';
 
 export type { EtcdSettings } from './etcd-client.ts';
@@ -27,7 +26,7 @@ export interface EtcdSourceOptions {
   /** `etcd` of the bootstrap file as it was at start (read at start only). */
   settings: EtcdSettings;
   snapshot: SnapshotCache | undefined;
-  log: Logger;
+  log: EtcdLog;
   /** Watch the bootstrap file too (`reload.watch`). */
   watchFile: boolean;
   env?: NodeJS.ProcessEnv;

@@ -9,11 +9,7 @@
 //   stop   = drain + exit allowance + margin                        (TimeoutStopSec, docker stop -t)
 import type { Config } from '../config/schema.ts';
 import { isLoopback, parseAddress } from '../config/schema.ts';
-
-/** L9: a snapshot write, and the commit of usage to Redis, each get at most this long at the exit (app.ts SNAPSHOT_FLUSH_MS). */
-export const EXIT_FLUSH_SECS = 5;
-/** The status page's watchers are told `exited` within this long at the exit (admin/status-feed.ts EXIT_FLUSH_MS). */
-export const STATUS_FLUSH_SECS = 1;
+import { EXIT_STEPS, type ExitStep, type ExitStepName } from '../lifecycle/exit-steps.ts';
 /** L8: a forced end (max_drain_secs, a second signal) finishes within about a second (Lifecycle.force()). */
 export const FORCED_END_SECS = 1;
 
@@ -141,28 +137,44 @@ const whole = (secs: number) => Math.ceil(secs - 1e-9);
 const fmt = (secs: number) => String(Math.round(secs * 1000) / 1000);
 
 /**
- * L9: what the exit waits for once nothing is in flight, as the shutdown hook in app.ts runs it:
- * in one process, the snapshot write (etcd), the usage commit (Redis), the tracing flush and the
- * status page's last event run in parallel, each bounded. In a group, each worker's exit (its Redis
- * commit, its tracing flush: the workers trace, the supervisor does not) ends before the
- * supervisor's own (the snapshot: the etcd client is the supervisor's; the status page: it serves
- * the admin listeners), because a living worker holds the supervisor's drain open: two steps, one
- * after the other.
+ * L9: what the exit waits for once nothing is in flight: the steps of lifecycle/exit-steps.ts that
+ * have something to do in this config, with their bounds. In one process, the snapshot write (etcd),
+ * the usage commit (Redis), the tracing flush and the status page's last event run side by side.
+ * In a group, each worker's exit (its Redis commit, its tracing flush: the workers serve, the
+ * supervisor does not) ends before the supervisor's own (the snapshot: the etcd client is the
+ * supervisor's; the status page: it serves the admin listeners), because a living worker holds the
+ * supervisor's drain open: two steps, one after the other.
  */
 export function exitAllowance(c: ConfigSizing): { secs: number; why: string } {
-  const part = (on: boolean, secs: number, what: string) => (on && secs > 0 ? [{ secs, what }] : []);
-  const step = (parts: { secs: number; what: string }[]) => ({ secs: Math.max(0, ...parts.map((p) => p.secs)), what: parts.map((p) => `${p.what} ≤ ${fmt(p.secs)} s`).join(' ∥ ') });
-  const tracing = part(c.tracingFlushSecs > 0, c.tracingFlushSecs, 'tracing flush');
-  const status = part(c.statusPage, STATUS_FLUSH_SECS, 'status page');
+  const used: Record<ExitStepName, boolean> = {
+    upstream_pools: true,
+    snapshot_write: c.etcd,
+    usage_commit: c.redisLimits,
+    tracing_flush: c.tracingFlushSecs > 0,
+    status_page: c.statusPage,
+    workers: c.group,
+    logs: true,
+  };
+  const bound = (step: ExitStep) => (step.boundSecs === 'tracing.flush_timeout_ms' ? c.tracingFlushSecs : step.boundSecs);
+  const waits = (side?: ExitStep['side']) => EXIT_STEPS.filter((step) => used[step.name] && bound(step) > 0 && (side === undefined || step.side === side));
+  // Side by side within a stage (the longest bounds it), one stage after the other.
+  const stage = (steps: readonly ExitStep[]) => {
+    const stages = [...new Set(steps.map((step) => step.stage))].map((n) => steps.filter((step) => step.stage === n));
+    return {
+      secs: stages.reduce((total, parts) => total + Math.max(...parts.map(bound)), 0),
+      what: stages.map((parts) => parts.map((step) => `${step.label} ≤ ${fmt(bound(step))} s`).join(' ∥ ')).join(', then '),
+    };
+  };
+  const nothing = { secs: 0, why: 'nothing to flush (no etcd snapshot, no Redis usage commit, no tracing export, no status page)' };
   if (!c.group) {
-    const only = step([...part(c.etcd, EXIT_FLUSH_SECS, 'snapshot write'), ...part(c.redisLimits, EXIT_FLUSH_SECS, 'usage commit to Redis'), ...tracing, ...status]);
-    return only.secs === 0 ? { secs: 0, why: 'nothing to flush (no etcd snapshot, no Redis usage commit, no tracing export, no status page)' } : { secs: only.secs, why: only.what };
+    const only = stage(waits());
+    return only.secs === 0 ? nothing : { secs: only.secs, why: only.what };
   }
-  const workers = step([...part(c.redisLimits, EXIT_FLUSH_SECS, 'usage commit to Redis'), ...tracing]);
-  const supervisor = step([...part(c.etcd, EXIT_FLUSH_SECS, 'snapshot write'), ...status]);
+  const workers = stage(waits('serving'));
+  const supervisor = stage(waits('holder'));
   const steps = [workers.secs > 0 ? `workers: ${workers.what}` : '', supervisor.secs > 0 ? `then supervisor: ${supervisor.what}` : ''].filter(Boolean);
   const secs = workers.secs + supervisor.secs;
-  return secs === 0 ? { secs: 0, why: 'nothing to flush (no etcd snapshot, no Redis usage commit, no tracing export, no status page)' } : { secs, why: steps.join(', ') };
+  return secs === 0 ? nothing : { secs, why: steps.join(', ') };
 }
 
 /** How long readiness takes to stop traffic, and the probes to ask for. */

@@ -24,7 +24,7 @@ import { Attempt, type AttemptOwner, type Failure, type Prepared } from './attem
 import { UsageMeter } from './usage-meter.ts';
 import { UsageStripper, withStreamUsage } from './stream-usage.ts';
 import type { RelayController } from './relay.ts';
-import type { Usage } from '../server/context.ts';
+import type { Usage } from '../api/usage.ts';
 
 const BLANK_LINE = Buffer.from('\n\n');
 /** The failures a stream can have after its headers and before its first content. */

@@ -4,7 +4,7 @@
 // so: the prompt as the provider reported it, else as the limiter reserved it (the body's bytes /
 // 4), and the output counted with a tokenizer from the text the answer carried (output-text.ts).
 import type { Endpoint } from '../providers/types.ts';
-import type { Usage } from '../server/context.ts';
+import type { Usage } from '../api/usage.ts';
 import { JsonUsageReader, SseUsageReader } from './usage.ts';
 import { OutputText } from './output-text.ts';
 import { StreamEndWatch, type StreamOutcome } from './stream-end.ts';

@@ -2,7 +2,7 @@
 // (OpenAI: the last chunk when `stream_options.include_usage`; Anthropic: message_start and
 // message_delta; Responses API: response.completed). Only lines that mention "usage" (and not as
 // null) are parsed.
-import type { Usage } from '../server/context.ts';
+import type { Usage } from '../api/usage.ts';
 
 type Json = Record<string, unknown>;
 

@@ -206,7 +206,7 @@ export class GenerationLink {
         // The memory store's counters go with the state, and every change it makes from now on
         // follows them (until this generation exits, or the restart fails).
         const counters = gateway.memoryLimits;
-        send({ type: 'state', state: { healthCheckFailed: gateway.lifecycle.healthCheckFailed, limits: counters?.snapshot() } });
+        send({ type: 'state', state: { healthCheckFailed: gateway.lifecycle.health.failed, limits: counters?.snapshot() } });
         counters?.follow(new LimitChanges());
         for (const { handed, server } of this.sockets.handOver()) send({ type: 'socket', handed }, server);
         send({ type: 'sockets_done' });

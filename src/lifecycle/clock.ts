@@ -1,5 +1,6 @@
 // Time and timers are injected into the lifecycle so its tests advance a fake clock instead of
-// sleeping (the way Envoy's drain manager takes its TimeSource from the dispatcher).
+// sleeping (the way Envoy's drain manager takes its TimeSource from the dispatcher); the tests'
+// clock is test/support/manual-clock.ts.
 
 export interface TimerHandle {
   cancel(): void;
@@ -28,42 +29,33 @@ export const systemClock: Clock = {
   },
 };
 
-/** A clock for tests: time moves only when `advance` is called. */
-export class ManualClock implements Clock {
-  #now = 0;
-  #timers: { at: number; fn: () => void; every: number; cancelled: boolean }[] = [];
+/**
+ * Timers that end together (a process's, cancelled at its exit): a one-shot timer leaves the set
+ * when it fires; `cancelAll` stops the others.
+ */
+export class Timers {
+  readonly #clock: Clock;
+  readonly #pending = new Set<TimerHandle>();
 
-  now(): number {
-    return this.#now;
+  constructor(clock: Clock) {
+    this.#clock = clock;
   }
 
-  after(ms: number, fn: () => void): TimerHandle {
-    return this.#add(ms, fn, 0);
+  after(ms: number, fn: () => void): void {
+    const timer = this.#clock.after(ms, () => {
+      this.#pending.delete(timer);
+      fn();
+    });
+    this.#pending.add(timer);
   }
 
-  every(ms: number, fn: () => void): TimerHandle {
-    return this.#add(ms, fn, ms);
+  every(ms: number, fn: () => void): void {
+    this.#pending.add(this.#clock.every(ms, fn));
   }
 
-  /** Moves time forward, firing due timers in order. */
-  advance(ms: number): void {
-    const target = this.#now + ms;
-    for (;;) {
-      const due = this.#timers.filter((t) => !t.cancelled && t.at <= target).sort((a, b) => a.at - b.at)[0];
-      if (!due) break;
-      this.#now = due.at;
-      if (due.every > 0) due.at += due.every;
-      else due.cancelled = true;
-      due.fn();
-    }
-    this.#now = target;
-    this.#timers = this.#timers.filter((t) => !t.cancelled);
-  }
-
-  #add(ms: number, fn: () => void, every: number): TimerHandle {
-    const timer = { at: this.#now + Math.max(0, ms), fn, every, cancelled: false };
-    this.#timers.push(timer);
-    return { cancel: () => (timer.cancelled = true) };
+  cancelAll(): void {
+    for (const timer of this.#pending) timer.cancel();
+    this.#pending.clear();
   }
 }
 

@@ -40,27 +40,154 @@ export interface ConnectionProtocol {
 
 export type ConnectionState = 'fresh' | 'idle' | 'active' | 'upgraded';
 
-export interface TrackedConnection {
-  /** The transport: the TCP socket, then the TLS socket once the handshake is done. */
-  socket: Socket;
+/**
+ * One downstream connection: its listener, its state, its protocol and how it ends. The state is
+ * its own: the tracker moves it (a request started, finished, an upgrade, a TLS hand-over), and
+ * whoever decides that it ends (retirement.ts) calls `retire()`, `end()` or `destroy()`.
+ */
+export class TrackedConnection {
   readonly listener: string;
+  #socket: Socket;
+  #acceptedAt: number;
+  #idleSince = 0;
+  #protocol: ConnectionProtocol;
+  #state: ConnectionState = 'fresh';
+  #inFlight = 0;
+  #retiring = false;
+  #deadline: { readonly at: number; readonly reason: string } | undefined;
+  #closeReason: string | undefined;
+
+  constructor(socket: Socket, listener: string, acceptedAt: number) {
+    this.#socket = socket;
+    this.listener = listener;
+    this.#acceptedAt = acceptedAt;
+    this.#protocol = new Http1Protocol(this);
+  }
+
+  /** The transport: the TCP socket, then the TLS socket once the handshake is done. */
+  get socket(): Socket {
+    return this.#socket;
+  }
+
   /** When the connection was accepted, or when its TLS handshake completed. */
-  acceptedAt: number;
+  get acceptedAt(): number {
+    return this.#acceptedAt;
+  }
+
   /** When the last request on it finished (for idle timeouts of multiplexed protocols). */
-  idleSince: number;
+  get idleSince(): number {
+    return this.#idleSince;
+  }
+
   /**
    * How it ends (`name`: 'http1', 'h2', 'websocket', or 'tls' while the handshake is under way).
-   * HTTP/1.1 when accepted; the listener, the HTTP/2 session and the upgrade replace it.
+   * HTTP/1.1 when accepted; the listener and the HTTP/2 session replace it (an upgrade: `upgraded`).
    */
-  protocol: ConnectionProtocol;
-  state: ConnectionState;
+  get protocol(): ConnectionProtocol {
+    return this.#protocol;
+  }
+
+  set protocol(protocol: ConnectionProtocol) {
+    this.#protocol = protocol;
+  }
+
+  get state(): ConnectionState {
+    return this.#state;
+  }
+
   /** Requests in flight on this connection (HTTP/1.1 pipelining may make it more than one). */
-  inFlight: number;
-  /** Set when the connection must close once its current response is done (L3). */
-  retiring: boolean;
+  get inFlight(): number {
+    return this.#inFlight;
+  }
+
+  /** It was told to go: its current response is its last (L3). */
+  get retiring(): boolean {
+    return this.#retiring;
+  }
+
   /** E2/E6: a retired connection still idle or fresh at `at` is then ended (checked by the sweep). */
-  drainDeadline: { readonly at: number; readonly reason: string } | undefined;
-  closeReason: string | undefined;
+  get drainDeadline(): { readonly at: number; readonly reason: string } | undefined {
+    return this.#deadline;
+  }
+
+  /** Why it ended, once something ended it (the first reason given wins). */
+  get closeReason(): string | undefined {
+    return this.#closeReason;
+  }
+
+  /** Records why it is ending, unless a reason was recorded first (a TLS handshake's failure). */
+  noteCloseReason(reason: string): void {
+    this.#closeReason ??= reason;
+  }
+
+  /**
+   * Tells the client to go (L3, L4, E2, E6): through its protocol (HTTP/2: the GOAWAY), and its
+   * next response closes it (HTTP/1.1: `Connection: close`). Idempotent.
+   */
+  retire(): void {
+    if (this.#retiring) return;
+    this.#retiring = true;
+    this.#protocol.retire();
+  }
+
+  /** Its protocol told the client to go on its own (an HTTP/2 GOAWAY sent by the session's close). */
+  markRetiring(): void {
+    this.#retiring = true;
+  }
+
+  /** Once `at` has passed, the sweep ends it if it is then idle or fresh (E2, E6, E7). */
+  endIfIdleBy(at: number, reason: string): void {
+    this.#deadline = { at, reason };
+  }
+
+  /** The deadline, if `now` has reached it; taken once. */
+  takeDeadline(now: number): { readonly reason: string } | undefined {
+    const deadline = this.#deadline;
+    if (!deadline || now < deadline.at) return undefined;
+    this.#deadline = undefined;
+    return deadline;
+  }
+
+  /** Ends it gracefully, as its protocol does (see ConnectionProtocol.close), recording why. */
+  end(reason: string): void {
+    this.#closeReason ??= reason;
+    this.#protocol.close();
+  }
+
+  /** Ends it now, recording why. */
+  destroy(reason: string): void {
+    this.#closeReason ??= reason;
+    this.#protocol.destroy();
+  }
+
+  // The tracker's: what happened on the connection.
+
+  /** A request (or a live view) began on it. */
+  started(): void {
+    this.#inFlight++;
+    if (this.#state !== 'upgraded') this.#state = 'active';
+  }
+
+  /** One ended; true when nothing is left in flight (it is idle now). */
+  finished(now: number): boolean {
+    this.#inFlight--;
+    if (this.#inFlight > 0 || this.#state === 'upgraded') return false;
+    this.#state = 'idle';
+    this.#idleSince = now;
+    return true;
+  }
+
+  /** It carries `protocol` (a WebSocket session) until it closes. */
+  upgraded(protocol: ConnectionProtocol): void {
+    this.#state = 'upgraded';
+    this.#protocol = protocol;
+  }
+
+  /** It runs over `socket` now (a TLS socket over the TCP one it was accepted on). */
+  handedOver(socket: Socket, now: number): void {
+    this.#socket = socket;
+    this.#acceptedAt = now;
+  }
 }
 
 /**
@@ -113,18 +240,29 @@ export interface ConnectionEvents {
   closed(connection: TrackedConnection, reason: string): void;
 }
 
+/** Observers of the connections for metrics and logs: told before the owner's events. */
+type Observers = Partial<ConnectionEvents>;
+
+/** The connections of the process, by socket and by listener. */
 export class ConnectionTracker {
-  readonly #connections = new Map<Socket, TrackedConnection>();
+  readonly #bySocket = new Map<Socket, TrackedConnection>();
+  readonly #byListener = new Map<string, Set<TrackedConnection>>();
   readonly #events: ConnectionEvents;
   readonly #now: () => number;
+  #observers: Observers = {};
 
   constructor(events: ConnectionEvents, now: () => number) {
     this.#events = events;
     this.#now = now;
   }
 
+  /** Observers for metrics and logs (set once by the composition root). */
+  observe(accepted: Observers['accepted'], closed: Observers['closed'], rejected?: Observers['rejected']): void {
+    this.#observers = { accepted, closed, rejected };
+  }
+
   get size(): number {
-    return this.#connections.size;
+    return this.#bySocket.size;
   }
 
   /** The most connections open at once across listeners; 0 is no limit. */
@@ -135,8 +273,9 @@ export class ConnectionTracker {
    * refusing early is cheaper than serving badly once the process is out of memory or descriptors.
    */
   admit(socket: Socket, listener: string): TrackedConnection | undefined {
-    if (this.limit > 0 && this.#connections.size >= this.limit) {
+    if (this.limit > 0 && this.#bySocket.size >= this.limit) {
       socket.destroy();
+      this.#observers.rejected?.(listener);
       this.#events.rejected?.(listener);
       return undefined;
     }
@@ -144,90 +283,68 @@ export class ConnectionTracker {
   }
 
   add(socket: Socket, listener: string): TrackedConnection {
-    const connection: TrackedConnection = {
-      socket,
-      listener,
-      acceptedAt: this.#now(),
-      idleSince: 0,
-      protocol: undefined!, // just below: it needs the connection
-      state: 'fresh',
-      inFlight: 0,
-      retiring: false,
-      drainDeadline: undefined,
-      closeReason: undefined,
-    };
-    connection.protocol = new Http1Protocol(connection);
+    const connection = new TrackedConnection(socket, listener, this.#now());
+    let ofListener = this.#byListener.get(listener);
+    if (!ofListener) this.#byListener.set(listener, (ofListener = new Set()));
+    ofListener.add(connection);
     this.#watch(connection, socket);
+    this.#observers.accepted?.(connection);
     this.#events.accepted(connection);
     return connection;
   }
 
   /** The connection now runs over `socket` (a TLS socket over the TCP one it was accepted on). */
   handOver(connection: TrackedConnection, socket: Socket): void {
-    this.#connections.delete(connection.socket);
-    connection.socket = socket;
-    connection.acceptedAt = this.#now();
+    this.#bySocket.delete(connection.socket);
+    connection.handedOver(socket, this.#now());
     this.#watch(connection, socket);
   }
 
   #watch(connection: TrackedConnection, socket: Socket): void {
-    this.#connections.set(socket, connection);
+    this.#bySocket.set(socket, connection);
     socket.once('close', () => {
       // After a hand-over the old socket's close is not the connection's.
-      if (this.#connections.get(socket) !== connection) return;
-      this.#connections.delete(socket);
-      this.#events.closed(connection, connection.closeReason ?? (connection.state === 'fresh' ? 'client_closed_fresh' : 'client_closed'));
+      if (this.#bySocket.get(socket) !== connection) return;
+      this.#bySocket.delete(socket);
+      const ofListener = this.#byListener.get(connection.listener)!;
+      ofListener.delete(connection);
+      if (ofListener.size === 0) this.#byListener.delete(connection.listener);
+      const reason = connection.closeReason ?? (connection.state === 'fresh' ? 'client_closed_fresh' : 'client_closed');
+      this.#observers.closed?.(connection, reason);
+      this.#events.closed(connection, reason);
     });
   }
 
   get(socket: Socket): TrackedConnection | undefined {
-    return this.#connections.get(socket);
+    return this.#bySocket.get(socket);
   }
 
   requestStarted(connection: TrackedConnection): void {
-    connection.inFlight++;
-    if (connection.state !== 'upgraded') connection.state = 'active';
+    connection.started();
   }
 
   /** Returns true when the connection has nothing left in flight. */
   requestFinished(connection: TrackedConnection): boolean {
-    connection.inFlight--;
-    if (connection.inFlight > 0 || connection.state === 'upgraded') return false;
-    connection.state = 'idle';
-    connection.idleSince = this.#now();
-    return true;
-  }
-
-  /** The connection now carries `protocol` (a WebSocket session) until it closes. */
-  upgraded(connection: TrackedConnection, protocol: ConnectionProtocol): void {
-    connection.state = 'upgraded';
-    connection.protocol = protocol;
-  }
-
-  /** Ends the connection gracefully, as its protocol does (see ConnectionProtocol.close), recording why. */
-  end(connection: TrackedConnection, reason: string): void {
-    connection.closeReason ??= reason;
-    connection.protocol.close();
-  }
-
-  /** Ends the connection now, recording why. */
-  destroy(connection: TrackedConnection, reason: string): void {
-    connection.closeReason ??= reason;
-    connection.protocol.destroy();
+    return connection.finished(this.#now());
   }
 
   *all(): IterableIterator<TrackedConnection> {
-    yield* this.#connections.values();
+    yield* this.#bySocket.values();
+  }
+
+  /** The connections of one listener. */
+  *of(listener: string): IterableIterator<TrackedConnection> {
+    const ofListener = this.#byListener.get(listener);
+    if (ofListener) yield* ofListener;
   }
 
   counts(): { listener: string; state: ConnectionState; count: number }[] {
-    const byKey = new Map<string, { listener: string; state: ConnectionState; count: number }>();
-    for (const c of this.#connections.values()) {
-      const key = `${c.listener}\0${c.state}`;
-      const entry = byKey.get(key);
-      if (entry) entry.count++;
-      else byKey.set(key, { listener: c.listener, state: c.state, count: 1 });
+    const counts: { listener: string; state: ConnectionState; count: number }[] = [];
+    for (const [listener, connections] of this.#byListener) {
+      const byState = new Map<ConnectionState, number>();
+      for (const c of connections) byState.set(c.state, (byState.get(c.state) ?? 0) + 1);
+      for (const [state, count] of byState) counts.push({ listener, state, count });
     }
-    return [...byKey.values()];
+    return counts;
   }
 }

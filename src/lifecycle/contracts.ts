@@ -1,7 +1,7 @@
 // What server/, gateway/, admin/ and cluster/ know of the lifecycle: interfaces only, so that they
 // depend on the contract and not on the class that keeps it (lifecycle.ts).
 import type { Socket } from 'node:net';
-import type { ConnectionTracker, TrackedConnection } from './connections.ts';
+import type { TrackedConnection } from './connections.ts';
 import type { DrainStrategy } from './drain-policy.ts';
 import type { WaitingFor } from './progress.ts';
 
@@ -154,18 +154,27 @@ export interface DrainInfo {
   strategy: DrainStrategy;
 }
 
+/** What a listener may ask of the connection table. */
+export interface ConnectionTable {
+  /** Tracks an accepted socket; closes it and returns undefined past `max_connections`. */
+  admit(socket: Socket, listener: string): TrackedConnection | undefined;
+  /** The connection a socket carries (its TCP socket, or its TLS socket after the hand-over). */
+  get(socket: Socket): TrackedConnection | undefined;
+  /** The connection now runs over `socket` (a TLS socket over the TCP one it was accepted on). */
+  handOver(connection: TrackedConnection, socket: Socket): void;
+  /** The connections of one listener. */
+  of(listener: string): IterableIterator<TrackedConnection>;
+}
+
 /** What a listener asks of the lifecycle: admission, the connection table, retirement (E5, E6). */
 export interface ListenerLifecycle extends DrainDecision {
-  readonly connections: ConnectionTracker;
-  /** Tracks an accepted socket; closes it and returns undefined past `max_connections`. */
-  admitConnection(socket: Socket, listener: string): TrackedConnection | undefined;
+  readonly connections: ConnectionTable;
   /** Tells one connection to go (E2, E6). */
   retireConnection(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle?: boolean): void;
 }
 
 /** What request and upgrade entry ask of the lifecycle: in-flight accounting (L10), forced ends (L8). */
 export interface RequestLifecycle extends DrainDecision {
-  readonly connections: ConnectionTracker;
   readonly draining: boolean;
   requestStarted(connection: TrackedConnection | undefined, probe?: boolean): void;
   requestFinished(connection: TrackedConnection | undefined): void;
@@ -179,10 +188,27 @@ export interface RequestLifecycle extends DrainDecision {
   trackForceEndable(stream: ForceEndable): () => void;
 }
 
+/** The drain as the admin API and the status page show it (lifecycle/drain-status.ts). */
+export interface DrainView {
+  /** Seconds since the drain began, 0 before. */
+  seconds(): number;
+  /** The drain's window in seconds (0 before a drain, and for a drain that stopped accepting at once). */
+  windowSecs(): number;
+  /** What the drain waits for now (O1). */
+  waitingFor(): WaitingFor;
+  readonly probeConnections: number;
+  /** The drain in progress, if any. */
+  info(): DrainInfo | undefined;
+  /** The drain's moments so far (empty before a drain). */
+  moments(): readonly DrainMoment[];
+  /** The streams and sessions in flight and the `limit` oldest of them. */
+  openWork(limit: number): { total: number; oldest: OpenWork[] };
+}
+
 /** What the admin routes ask of the lifecycle: drains and the health-check override (E4). */
 export interface AdminLifecycle extends DrainDecision {
   drain(trigger: string, options?: DrainOptions): Promise<number>;
-  drainInfo(): DrainInfo | undefined;
-  failHealthCheck(): boolean;
-  restoreHealthCheck(): boolean;
+  readonly status: DrainView;
+  /** E4: the health check failed on purpose by the admin API, and restored. */
+  readonly health: { fail(): boolean; restore(): boolean };
 }

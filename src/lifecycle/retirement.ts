@@ -1,9 +1,10 @@
-// Connection retirement: one connection told to go (E2, E6), the proactive drain over the last
-// third of the drain time (E2, E3), and the one sweep timer for the connections' deadlines (fresh,
-// idle, and a retired connection's drain timeout). The Lifecycle owns it and hands it what it
-// needs; the drain plan and the states stay there. How a connection is told or ended is its
-// protocol's business (ConnectionProtocol).
-import type { Clock } from './clock.ts';
+// When a connection ends: the one place that decides it. One connection told to go (E2, E6); its
+// last response during a drain (L3); the proactive drain over the last third of the drain time
+// (E2, E3); the listeners' close (L6, E7: idle ones ended or kept, fresh ones held); the forced end
+// (L8); and the one sweep timer for the connections' deadlines (fresh, idle, and a retired
+// connection's drain timeout). The Lifecycle owns it and says when; the drain plan and the states
+// stay there. How a connection is told or ended is its protocol's business (ConnectionProtocol).
+import type { Clock, Timers } from './clock.ts';
 import type { ConnectionTracker, TrackedConnection } from './connections.ts';
 import type { DrainSettings } from './contracts.ts';
 import { proactiveDrainAt } from './drain-policy.ts';
@@ -20,10 +21,8 @@ export interface RetirementNeeds {
   /** The settings in force now (a reload replaces them). */
   settings(): DrainSettings;
   readonly random: () => number;
-  /** A one-shot timer, cancelled if the process exits first. */
-  after(ms: number, fn: () => void): void;
-  /** A repeating timer, cancelled when the process exits. */
-  every(ms: number, fn: () => void): void;
+  /** The process's timers, cancelled when it exits. */
+  readonly timers: Timers;
 }
 
 export class ConnectionRetirement {
@@ -40,8 +39,8 @@ export class ConnectionRetirement {
     this.#connections = needs.connections;
     this.#settings = () => needs.settings();
     this.#random = needs.random;
-    this.#after = (ms, fn) => needs.after(ms, fn);
-    this.#every = (ms, fn) => needs.every(ms, fn);
+    this.#after = (ms, fn) => needs.timers.after(ms, fn);
+    this.#every = (ms, fn) => needs.timers.every(ms, fn);
   }
 
   /** Starts the sweep timer (once serving, or when a drain deadline is set before). Idempotent. */
@@ -58,20 +57,17 @@ export class ConnectionRetirement {
     const freshMs = settings.freshTimeoutSecs * 1000;
     const idleMs = settings.idleTimeoutSecs * 1000;
     for (const connection of this.#connections.all()) {
-      const deadline = connection.drainDeadline;
-      if (deadline && now >= deadline.at) {
-        // Checked once: one busy now is left to its retirement (its next response, or its last
-        // stream, ends it).
-        connection.drainDeadline = undefined;
-        if ((connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) {
-          this.#connections.end(connection, deadline.reason);
-          continue;
-        }
+      // Checked once: one busy now is left to its retirement (its next response, or its last
+      // stream, ends it).
+      const deadline = connection.takeDeadline(now);
+      if (deadline && (connection.state === 'idle' || connection.state === 'fresh') && !connection.socket.destroyed) {
+        connection.end(deadline.reason);
+        continue;
       }
       if (freshMs > 0 && connection.state === 'fresh' && connection.protocol.name !== 'tls' && now - connection.acceptedAt >= freshMs) {
-        this.#connections.destroy(connection, 'fresh_timeout');
+        connection.destroy('fresh_timeout');
       } else if (idleMs > 0 && connection.state === 'idle' && connection.protocol.multiplexed && now - connection.idleSince >= idleMs) {
-        this.#connections.end(connection, 'idle_timeout');
+        connection.end('idle_timeout');
       }
     }
   }
@@ -100,8 +96,8 @@ export class ConnectionRetirement {
       // E3: an upgraded stream cannot be told to go away. It is in flight like any request and
       // finishes (L7), unless the operator chose Envoy's way and has it reset at once.
       if (this.#settings().resetUpgradedOnProactiveDrain && !connection.socket.destroyed) {
-        connection.retiring = true;
-        this.#connections.destroy(connection, 'proactive_drain_reset');
+        connection.retire();
+        connection.destroy('proactive_drain_reset');
       }
       return;
     }
@@ -116,10 +112,60 @@ export class ConnectionRetirement {
    */
   retire(connection: TrackedConnection, timeoutMs: number, reason: string, closeIdle = true): void {
     if (connection.retiring || connection.socket.destroyed) return;
-    connection.retiring = true;
-    connection.protocol.retire();
+    connection.retire();
     if (!closeIdle) return;
-    connection.drainDeadline = { at: this.#clock.now() + timeoutMs, reason };
+    connection.endIfIdleBy(this.#clock.now() + timeoutMs, reason);
     this.startSweep();
+  }
+
+  /**
+   * L3: a connection's last exchange has finished during a drain, or after it was told to go. A
+   * multiplexed protocol (HTTP/2) says goodbye with GOAWAY, whose last stream id tells the client
+   * what was not processed, and once the listeners are closed (`closing`) everything goes (L6). An
+   * HTTP/1.1 connection inside the window is not closed under its client, which may be sending its
+   * next request right now: that next response carries `Connection: close` instead.
+   */
+  lastExchangeFinished(connection: TrackedConnection, closing: boolean): void {
+    if (connection.protocol.multiplexed || closing) connection.end('drain_retired');
+    else connection.retire();
+  }
+
+  /**
+   * L6: the listeners have closed. Idle connections end (E7: an idle HTTP/1.1 one is kept
+   * `keepIdleMs`, and goes at its next response or once still idle then); fresh ones are held for
+   * the fresh-connection grace; busy ones end with their last exchange.
+   */
+  listenersClosed(keepIdleMs: number): void {
+    for (const connection of this.#connections.all()) {
+      if (connection.state === 'idle' && keepIdleMs > 0 && !connection.protocol.multiplexed) {
+        connection.retire();
+        connection.endIfIdleBy(this.#clock.now() + keepIdleMs, 'drain_idle');
+        this.startSweep();
+      } else if (connection.state === 'idle') connection.end('drain_idle');
+      else if (connection.state === 'fresh') this.holdFresh(connection);
+    }
+  }
+
+  /** L6: a fresh connection (accepted, no request yet) gets the grace to send one, then goes. */
+  holdFresh(connection: TrackedConnection): void {
+    this.#after(this.#settings().freshConnectionGraceSecs * 1000, () => {
+      if (connection.state === 'fresh' && !connection.socket.destroyed) connection.destroy('drain_fresh_timeout');
+    });
+  }
+
+  /**
+   * L8: the drain is forced. Connections whose exchanges have just written their error end after
+   * it (FIN after the writes, HTTP/2's GOAWAY); every other one goes now.
+   */
+  forced(): void {
+    for (const connection of this.#connections.all()) {
+      if (connection.inFlight > 0) connection.end('drain_forced');
+      else connection.destroy('drain_forced');
+    }
+  }
+
+  /** L8: a forced exit leaves nothing open behind it, whatever its protocol. */
+  destroyAll(reason: string): void {
+    for (const connection of this.#connections.all()) connection.destroy(reason);
   }
 }

@@ -5,7 +5,7 @@
 // retried, and the drain waits for them (L9) before the store is closed.
 import type { BudgetConfig, Config, LimitsConfig, RateLimits } from '../config/schema.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
-import type { Usage } from '../server/context.ts';
+import type { Usage } from '../api/usage.ts';
 import { Prices } from './prices.ts';
 import { budgetPeriod, budgetRefusal, holdMicros } from './budgets.ts';
 import { estimateTokens } from './estimates.ts';

@@ -3,7 +3,7 @@
 // config adds models and replaces any entry. A name matches an entry exactly or as "entry-…"
 // (a dated version: gpt-4o-2024-08-06 is priced as gpt-4o), the longest entry winning.
 import type { PriceConfig } from '../config/schema.ts';
-import type { Usage } from '../server/context.ts';
+import type { Usage } from '../api/usage.ts';
 
 /** Published list prices, USD per million tokens (input, output, cached input, cache write). */
 const SHIPPED: Readonly<Record<string, PriceConfig>> = {

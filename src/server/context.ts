@@ -6,6 +6,7 @@ import type { Duplex } from 'node:stream';
 import type { TrackedConnection } from '../lifecycle/connections.ts';
 import type { ForceEndable } from '../lifecycle/contracts.ts';
 import type { ErrorDialect } from '../api/errors.ts';
+import type { Usage } from '../api/usage.ts';
 import type { RequestTrace } from '../telemetry/tracing.ts';
 import type { AttemptRecord } from '../telemetry/access-log.ts';
 
@@ -17,20 +18,6 @@ export interface KeyGrant {
 }
 
 const OPEN: KeyGrant = { name: '', allows: () => true };
-
-export interface Usage {
-  /** Every prompt token, cached ones included. */
-  prompt: number;
-  completion: number;
-  /** Prompt tokens read from the provider's cache. */
-  cached?: number;
-  /** Prompt tokens written to the cache (Anthropic). */
-  cacheWrite?: number;
-  /** The model the provider says answered, when its answer names one (traces). */
-  model?: string;
-  /** The provider never reported it whole: estimated (the output counted from its text). */
-  estimated?: boolean;
-}
 
 /**
  * The request came over an HTTP/2 stream. Not `httpVersionMajor === 2`: an HTTP/1.1 request line

@@ -33,7 +33,7 @@ export class Http2Protocol implements ConnectionProtocol {
 
   /** L4: the GOAWAY; the session ends when its open streams have. Idempotent: one GOAWAY. */
   retire(): void {
-    this.#connection.retiring = true;
+    this.#connection.markRetiring();
     if (!this.#session.closed && !this.#session.destroyed) this.#session.close();
   }
 
@@ -46,10 +46,18 @@ export class Http2Protocol implements ConnectionProtocol {
   }
 }
 
-/** The HTTP/2 sessions of one protocol server (a listener's generation). */
+/**
+ * The HTTP/2 sessions of one protocol server (a listener's generation). The session → connection
+ * map may be shared by a listener's generations, so that a request on an older generation's
+ * session finds its connection in one lookup.
+ */
 export class Http2Sessions {
-  readonly #connections = new WeakMap<ServerHttp2Session, TrackedConnection>();
+  readonly #connections: WeakMap<ServerHttp2Session, TrackedConnection>;
   readonly #sessions = new Map<ServerHttp2Session, Http2Protocol>();
+
+  constructor(connections = new WeakMap<ServerHttp2Session, TrackedConnection>()) {
+    this.#connections = connections;
+  }
 
   /** The session runs over `connection`, which from now on ends as HTTP/2 does. */
   add(session: ServerHttp2Session, connection: TrackedConnection): void {

@@ -57,11 +57,11 @@ class Generation {
   readonly sessions: Http2Sessions;
   pendingConnection: TrackedConnection | undefined;
 
-  constructor(listener: Listener, config: ListenerConfig, downstream: DownstreamConfig, handlers: ListenerHandlers) {
+  constructor(listener: Listener, config: ListenerConfig, downstream: DownstreamConfig, handlers: ListenerHandlers, sessionConnections: WeakMap<ServerHttp2Session, TrackedConnection>) {
     this.config = config;
     this.downstream = downstream;
     this.protocols = listenerProtocols(config);
-    this.sessions = new Http2Sessions();
+    this.sessions = new Http2Sessions(sessionConnections);
     if (this.protocols.includes('http1')) {
       const http1 = new HttpServer({
         keepAliveTimeout: Math.round(downstream.idle_timeout_secs * 1000),
@@ -124,6 +124,8 @@ export class Listener {
   readonly #handlers: ListenerHandlers;
   /** The generation each connection was accepted by. */
   readonly #generationOf = new WeakMap<TrackedConnection, Generation>();
+  /** Each HTTP/2 session's connection, whichever generation accepted it. */
+  readonly #sessionConnections = new WeakMap<ServerHttp2Session, TrackedConnection>();
   #generation: Generation;
   #unwatch: (() => void) | undefined;
   #accepting = false;
@@ -139,7 +141,7 @@ export class Listener {
     this.#log = log;
     this.#handlers = handlers;
     this.#sockets = sockets;
-    this.#generation = new Generation(this, config, downstream, handlers);
+    this.#generation = new Generation(this, config, downstream, handlers, this.#sessionConnections);
     if (config.tls) {
       const material = this.#loadTls(config.tls);
       const tlsServer = createTlsServer({
@@ -151,13 +153,13 @@ export class Listener {
         handshakeTimeout: Math.round(config.tls.handshake_timeout_secs * 1000),
       });
       tlsServer.on('connection', (socket: Socket) => {
-        const connection = lifecycle.admitConnection(socket, this.name);
+        const connection = lifecycle.connections.admit(socket, this.name);
         if (connection) connection.protocol = new TlsHandshake(connection);
       });
       tlsServer.on('secureConnection', (socket: TLSSocket) => this.#secured(socket));
       tlsServer.on('tlsClientError', (error: NodeJS.ErrnoException, socket: TLSSocket) => {
         const connection = lifecycle.connections.get(socket) ?? lifecycle.connections.get((socket as unknown as { _parent?: Socket })._parent!);
-        if (connection) connection.closeReason ??= error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'tls_handshake_timeout' : 'tls_handshake_failed';
+        connection?.noteCloseReason(error.code === 'ERR_TLS_HANDSHAKE_TIMEOUT' ? 'tls_handshake_timeout' : 'tls_handshake_failed');
         socket.destroy();
       });
       this.#tls = tlsServer;
@@ -185,7 +187,7 @@ export class Listener {
   connectionOf(req: IncomingMessage): TrackedConnection | undefined {
     if (!isHttp2Request(req)) return this.#lifecycle.connections.get(req.socket);
     const session = (req as unknown as Http2ServerRequest).stream.session as ServerHttp2Session;
-    return this.#generation.sessions.connectionOf(session) ?? this.#sessionConnection(session);
+    return this.#sessionConnections.get(session);
   }
 
   /**
@@ -258,7 +260,7 @@ export class Listener {
   #reconfigure(config: ListenerConfig, downstream: DownstreamConfig): void {
     const current = this.#generation;
     if (isDeepStrictEqual(config, current.config) && isDeepStrictEqual(downstream, current.downstream)) return;
-    this.#generation = new Generation(this, config, downstream, this.#handlers);
+    this.#generation = new Generation(this, config, downstream, this.#handlers, this.#sessionConnections);
     this.#log.info({ event: 'listener_reconfigured', listener: this.name }, 'listener reconfigured; connections of the old settings are retired');
     this.retireConnections((c) => this.#generationOf.get(c) !== this.#generation, false);
     this.#unwatch?.();
@@ -281,8 +283,8 @@ export class Listener {
    */
   retireConnections(which: (connection: TrackedConnection) => boolean = () => true, closeIdle = true): void {
     const timeoutMs = this.#generation.downstream.drain_timeout_secs * 1000;
-    for (const connection of this.#lifecycle.connections.all()) {
-      if (connection.listener === this.name && which(connection)) this.#lifecycle.retireConnection(connection, timeoutMs, 'listener_changed', closeIdle);
+    for (const connection of this.#lifecycle.connections.of(this.name)) {
+      if (which(connection)) this.#lifecycle.retireConnection(connection, timeoutMs, 'listener_changed', closeIdle);
     }
   }
 
@@ -309,15 +311,8 @@ export class Listener {
     if (tls && this.#accepting) this.#unwatch = watchTlsFiles(tls, () => this.reloadCertificates('file change'));
   }
 
-  #sessionConnection(session: ServerHttp2Session): TrackedConnection | undefined {
-    for (const connection of this.#lifecycle.connections.all()) {
-      if (connection.listener === this.name && this.#generationOf.get(connection)?.sessions.connectionOf(session) === connection) return connection;
-    }
-    return undefined;
-  }
-
   #accepted(socket: Socket): void {
-    const connection = this.#lifecycle.admitConnection(socket, this.name);
+    const connection = this.#lifecycle.connections.admit(socket, this.name);
     if (!connection) return;
     // Listening sockets accept paused (sockets.ts): reading starts here, in the process that serves.
     socket.resume();

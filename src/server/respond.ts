@@ -14,10 +14,7 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
     if (ctx.protocol === 'http1') res.shouldKeepAlive = false;
     // The connection is told through its protocol: HTTP/2 gets the GOAWAY now, with the last
     // stream id (L4), and streams the client already sent complete; HTTP/1.1 has nothing to send.
-    if (connection && !connection.retiring) {
-      connection.retiring = true;
-      connection.protocol.retire();
-    }
+    connection?.retire();
   }
   if (ctx.responseHeaders !== undefined) Object.assign(headers, ctx.responseHeaders);
   headers['x-request-id'] = ctx.id;

@@ -82,7 +82,7 @@ export function createUpgradeHandler(services: RequestServices, routes: Readonly
     };
     socket.on('error', () => socket.destroy());
     if (!route) return refuseUpgrade(ctx, errors.noWebSocketRoute(path), finished);
-    if (connection) lifecycle.connections.upgraded(connection, new WebSocketProtocol(connection));
+    if (connection) connection.upgraded(new WebSocketProtocol(connection));
     try {
       route.handle(ctx, finished);
     } catch (error) {

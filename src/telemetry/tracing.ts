@@ -1,9 +1,9 @@
-// OpenTelemetry traces, as the rest of the gateway sees them: interfaces only, and the loader. With
-// `tracing.enabled: false` (the default) nothing of the OpenTelemetry SDK is loaded and a request
-// costs one null check; the SDK side is `otel-tracing.ts`, imported only when tracing is on.
+// OpenTelemetry traces, as the rest of the gateway sees them: interfaces only, and where spans go.
+// With `tracing.enabled: false` (the default) nothing of the OpenTelemetry SDK is loaded and a
+// request costs one null check; the SDK side is `otel-tracing.ts`, loaded by `start-tracing.ts`
+// only when tracing is on.
 import type { TracingConfig } from '../config/schema.ts';
 import type { LifecycleLog } from '../lifecycle/contracts.ts';
-import type { Logger } from './logger.ts';
 import type { FinishedRequest } from './access-log.ts';
 
 /** What a proxy request's span starts with. */
@@ -91,15 +91,4 @@ export function tracingTarget(config: TracingConfig, env: NodeJS.ProcessEnv): Tr
   const base = env.OTEL_EXPORTER_OTLP_ENDPOINT;
   const endpoint = config.endpoint ?? (env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT || undefined) ?? (base ? `${base.replace(/\/+$/, '')}/v1/traces` : DEFAULT_TRACES_ENDPOINT);
   return { endpoint, serviceName: config.service_name ?? (env.OTEL_SERVICE_NAME || undefined) ?? 'sluice' };
-}
-
-/**
- * The process's tracer: undefined when tracing is off, and then the SDK is never loaded. Only a
- * process that serves requests traces (one process, or each worker with its own exporter; a
- * supervisor serves none).
- */
-export async function startTracing(config: TracingConfig, logger: Logger, version: string): Promise<Tracing | undefined> {
-  if (!config.enabled) return undefined;
-  const { OtelTracing } = await import('./otel-tracing.ts');
-  return new OtelTracing(config, tracingTarget(config, process.env), logger, version);
 }

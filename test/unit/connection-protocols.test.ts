@@ -57,10 +57,10 @@ describe('HTTP/1.1 (every connection when accepted)', () => {
     assert.equal(a.connection.protocol.multiplexed, false);
     a.connection.protocol.retire();
     assert.equal(a.socket.destroyed, false, 'its next response closes it (L3)');
-    t.tracker.end(a.connection, 'drain_idle');
+    a.connection.end('drain_idle');
     assert.equal(a.socket.closedBy, 'end');
     const b = t.connect();
-    t.tracker.destroy(b.connection, 'drain_forced');
+    b.connection.destroy('drain_forced');
     assert.equal(b.socket.closedBy, 'destroy');
     assert.deepEqual(t.closed, ['drain_idle', 'drain_forced']);
   });
@@ -72,7 +72,7 @@ describe('HTTP/1.1 (every connection when accepted)', () => {
     assert.equal(raw.connection.protocol.name, 'tls');
     const tls = new FakeSocket();
     t.tracker.handOver(raw.connection, tls as unknown as Socket);
-    t.tracker.end(raw.connection, 'drain_idle');
+    raw.connection.end('drain_idle');
     assert.equal(tls.closedBy, 'end');
     assert.equal(raw.socket.destroyed, false);
   });
@@ -88,7 +88,7 @@ describe('HTTP/2 (Http2Protocol)', () => {
     assert.equal(c.session.goaways, 1);
     assert.equal(c.connection.retiring, true);
     c.connection.protocol.retire();
-    t.tracker.end(c.connection, 'drain_retired');
+    c.connection.end('drain_retired');
     t.sessions.retireAll();
     assert.equal(c.session.goaways, 1);
     assert.equal(c.socket.destroyed, false, 'a GOAWAY, never a reset socket: open streams finish');
@@ -110,7 +110,7 @@ describe('HTTP/2 (Http2Protocol)', () => {
   test('destroying an HTTP/2 connection resets its socket', () => {
     const t = setup();
     const c = t.h2();
-    t.tracker.destroy(c.connection, 'drain_forced');
+    c.connection.destroy('drain_forced');
     assert.equal(c.socket.closedBy, 'destroy');
     assert.equal(c.session.goaways, 0);
   });
@@ -121,13 +121,13 @@ describe('WebSocket (an upgraded connection)', () => {
     const t = setup();
     const ws = t.connect();
     t.tracker.requestStarted(ws.connection);
-    t.tracker.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     assert.equal(ws.connection.state, 'upgraded');
     assert.equal(ws.connection.protocol.name, 'websocket');
     assert.equal(ws.connection.protocol.multiplexed, false);
     ws.connection.protocol.retire();
     assert.equal(ws.socket.destroyed, false);
-    t.tracker.end(ws.connection, 'drain_forced');
+    ws.connection.end('drain_forced');
     assert.equal(ws.socket.closedBy, 'end');
   });
 });
@@ -156,7 +156,7 @@ describe('the response head asks the protocol (L3, L4)', () => {
   test('L3: a response on a connection already retiring closes it, whatever the drain says now', () => {
     const t = setup();
     const c = t.connect();
-    c.connection.retiring = true;
+    c.connection.markRetiring();
     const { ctx, res } = context(c.connection, 'http1');
     writeHead(ctx, keep, 200, {});
     assert.equal(res.shouldKeepAlive, false);

@@ -4,7 +4,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
-import { ManualClock } from '../../src/lifecycle/clock.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { DrainSettings } from '../../src/lifecycle/contracts.ts';
@@ -55,7 +55,7 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
   lifecycle.markServing();
   const connect = (listener = 'proxy') => {
     const socket = new FakeSocket();
-    return { socket, connection: lifecycle.connectionAccepted(socket as unknown as Socket, listener) };
+    return { socket, connection: lifecycle.connections.add(socket as unknown as Socket, listener) };
   };
   const idle = (listener = 'proxy') => {
     const c = connect(listener);
@@ -138,7 +138,7 @@ describe('E2/E3: proactive drain', () => {
     t.lifecycle.requestStarted(busy.connection);
     const ws = t.connect();
     t.lifecycle.requestStarted(ws.connection);
-    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     return { idle, busy, ws };
   };
@@ -182,7 +182,7 @@ describe('E2/E3: proactive drain', () => {
   test('not done for a health-check-failed drain (it has no drain time)', () => {
     const t = setup({ drainTimeSecs: 60, connectionDrainTimeoutSecs: 5 }, () => 0);
     const idle = t.idle();
-    t.lifecycle.failHealthCheck();
+    t.lifecycle.health.fail();
     t.clock.advance(120_000);
     assert.equal(idle.socket.destroyed, false);
     assert.equal(idle.connection.retiring, false);
@@ -192,13 +192,13 @@ describe('E2/E3: proactive drain', () => {
 describe('E4: admin drains and health check', () => {
   test('health-check fail: readiness fails, default listeners retire at once, modify_only ones do not; ok restores', () => {
     const t = setup();
-    assert.equal(t.lifecycle.failHealthCheck(), true);
-    assert.equal(t.lifecycle.failHealthCheck(), false, 'a repeated call is a no-op');
+    assert.equal(t.lifecycle.health.fail(), true);
+    assert.equal(t.lifecycle.health.fail(), false, 'a repeated call is a no-op');
     assert.equal(t.lifecycle.ready(), false);
     assert.equal(t.lifecycle.shouldRetire('proxy'), true);
     assert.equal(t.lifecycle.shouldRetire('egress'), false, 'E5: modify_only');
     assert.deepEqual(t.stopped, [], 'listeners keep accepting');
-    t.lifecycle.restoreHealthCheck();
+    t.lifecycle.health.restore();
     assert.equal(t.lifecycle.ready(), true);
     assert.equal(t.lifecycle.shouldRetire('proxy'), false);
   });

@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { ManualClock, type Clock, type TimerHandle } from '../../src/lifecycle/clock.ts';
+import type { Clock, TimerHandle } from '../../src/lifecycle/clock.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 import { closeProbability, proactiveDrainAt } from '../../src/lifecycle/drain-policy.ts';
 import { ConnectionTracker } from '../../src/lifecycle/connections.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
@@ -101,7 +102,7 @@ function setup(settings: Partial<DrainSettings> = {}, random: () => number = () 
   lifecycle.markServing();
   const connect = (listener = 'proxy') => {
     const socket = new FakeSocket();
-    return { socket, connection: lifecycle.connectionAccepted(socket as unknown as Socket, listener) };
+    return { socket, connection: lifecycle.connections.add(socket as unknown as Socket, listener) };
   };
   const active = (listener = 'proxy') => {
     const c = connect(listener);
@@ -193,7 +194,7 @@ describe('E1 gradual retirement, measured from the drain start', () => {
 describe('L3/E5 shouldRetire by listener and state', () => {
   test('E4/E5: with the health check failed, a response on an unnamed or unregistered listener retires; one on a modify_only listener does not', () => {
     const t = setup();
-    t.lifecycle.failHealthCheck();
+    t.lifecycle.health.fail();
     assert.equal(t.lifecycle.shouldRetire(), true);
     assert.equal(t.lifecycle.shouldRetire('unregistered'), true);
     assert.equal(t.lifecycle.shouldRetire('egress'), false);
@@ -221,7 +222,7 @@ describe('E4 drain controls: listeners, widening, health check', () => {
     const t = setup();
     const told: string[] = [];
     for (const name of ['proxy', 'egress', 'out', 'unregistered']) t.lifecycle.onRetire(name, () => told.push(name));
-    t.lifecycle.failHealthCheck();
+    t.lifecycle.health.fail();
     assert.deepEqual(told.sort(), ['out', 'proxy', 'unregistered']);
 
     const u = setup();
@@ -262,8 +263,8 @@ describe('E4 drain controls: listeners, widening, health check', () => {
     void t.lifecycle.drain('admin', { inboundOnly: false, exit: false });
     assert.equal(t.lifecycle.shouldRetire('out'), true);
     assert.deepEqual(told, ['out'], 'immediate: the newly drained listener is told; modify_only never');
-    assert.equal(t.lifecycle.drainInfo()?.inbound_only, false);
-    assert.equal(t.lifecycle.drainInfo()?.exit, false);
+    assert.equal(t.lifecycle.status.info()?.inbound_only, false);
+    assert.equal(t.lifecycle.status.info()?.exit, false);
     assert.equal(t.events('drain_widened').length, 1);
     t.advanceSecs(600);
     assert.equal(t.lifecycle.state, 'draining', 'still no exit');
@@ -275,7 +276,7 @@ describe('E4 drain controls: listeners, widening, health check', () => {
     t.lifecycle.onRetire('out', () => told++);
     void t.lifecycle.drain('admin', { inboundOnly: true, exit: false });
     void t.lifecycle.drain('admin', { inboundOnly: false, exit: false });
-    assert.equal(t.lifecycle.drainInfo()?.inbound_only, false);
+    assert.equal(t.lifecycle.status.info()?.inbound_only, false);
     assert.equal(told, 0);
   });
 
@@ -288,8 +289,8 @@ describe('E4 drain controls: listeners, widening, health check', () => {
     assert.equal(t.lifecycle.state, 'draining', 'skip_exit: stays after the window with nothing in flight');
     t.lifecycle.requestStarted(busy.connection);
     void t.lifecycle.drain('admin', { inboundOnly: true, exit: true });
-    assert.equal(t.lifecycle.drainInfo()?.exit, true);
-    assert.equal(t.lifecycle.drainInfo()?.inbound_only, true, 'still inbound only');
+    assert.equal(t.lifecycle.status.info()?.exit, true);
+    assert.equal(t.lifecycle.status.info()?.inbound_only, true, 'still inbound only');
     assert.equal(t.lifecycle.shouldRetire('out'), false);
     t.lifecycle.requestFinished(busy.connection);
     assert.equal(await done, 0);
@@ -322,13 +323,13 @@ describe('E4 drain controls: listeners, widening, health check', () => {
 
   test('E4: restoring a health check that is not failed is a no-op; restoring a failed one reports it', () => {
     const t = setup();
-    assert.equal(t.lifecycle.healthCheckFailed, false);
-    assert.equal(t.lifecycle.restoreHealthCheck(), false);
+    assert.equal(t.lifecycle.health.failed, false);
+    assert.equal(t.lifecycle.health.restore(), false);
     assert.deepEqual(t.commands, []);
-    assert.equal(t.lifecycle.failHealthCheck(), true);
-    assert.equal(t.lifecycle.healthCheckFailed, true);
-    assert.equal(t.lifecycle.restoreHealthCheck(), true);
-    assert.equal(t.lifecycle.healthCheckFailed, false);
+    assert.equal(t.lifecycle.health.fail(), true);
+    assert.equal(t.lifecycle.health.failed, true);
+    assert.equal(t.lifecycle.health.restore(), true);
+    assert.equal(t.lifecycle.health.failed, false);
     assert.deepEqual(
       t.logs.map((l) => l.fields.event),
       ['healthcheck_failed', 'healthcheck_ok'],
@@ -337,10 +338,10 @@ describe('E4 drain controls: listeners, widening, health check', () => {
 
   test('E4: drainInfo is undefined before a drain, then reports the plan, the drain time and the strategy', () => {
     const t = setup({ minDrainSecs: 30 });
-    assert.equal(t.lifecycle.drainInfo(), undefined);
+    assert.equal(t.lifecycle.status.info(), undefined);
     void t.lifecycle.drain('admin', { inboundOnly: true, exit: false });
     t.advanceSecs(2.5);
-    assert.deepEqual(t.lifecycle.drainInfo(), {
+    assert.deepEqual(t.lifecycle.status.info(), {
       trigger: 'admin',
       graceful: true,
       inbound_only: true,
@@ -351,8 +352,8 @@ describe('E4 drain controls: listeners, widening, health check', () => {
     });
     const g = setup({ minDrainSecs: 30, drainTimeSecs: 90, drainStrategy: 'gradual' });
     void g.lifecycle.drain('SIGTERM');
-    assert.equal(g.lifecycle.drainInfo()?.drain_time_secs, 90);
-    assert.equal(g.lifecycle.drainInfo()?.strategy, 'gradual');
+    assert.equal(g.lifecycle.status.info()?.drain_time_secs, 90);
+    assert.equal(g.lifecycle.status.info()?.strategy, 'gradual');
   });
 
   test('E6: updateSettings applies to the next drain', () => {
@@ -419,7 +420,7 @@ describe('E3 opt-in reset', () => {
   test("E3: with reset_upgraded_on_proactive_drain, an upgraded session is reset at its moment and counted out as 'proactive_drain_reset'", () => {
     const t = setup({ drainStrategy: 'gradual', drainTimeSecs: 60, minDrainSecs: 60, connectionDrainTimeoutSecs: 5, resetUpgradedOnProactiveDrain: true }, () => 0);
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     t.advanceSecs(40);
     assert.equal(ws.socket.closedBy, 'destroy');
@@ -507,7 +508,7 @@ describe('E6 retireConnection', () => {
       settings: drainSettings(),
     });
     const socket = new FakeSocket();
-    const connection = lifecycle.connectionAccepted(socket as unknown as Socket, 'proxy');
+    const connection = lifecycle.connections.add(socket as unknown as Socket, 'proxy');
     lifecycle.retireConnection(connection, 1_000, 'listener_changed');
     clock.advance(999);
     assert.equal(socket.destroyed, false);
@@ -551,16 +552,16 @@ describe('L10 connection tracking and the limit', () => {
     const t = setup();
     t.lifecycle.connections.limit = 2;
     const sockets = [new FakeSocket(), new FakeSocket(), new FakeSocket()];
-    assert.ok(t.lifecycle.admitConnection(sockets[0] as unknown as Socket, 'proxy'));
-    assert.ok(t.lifecycle.admitConnection(sockets[1] as unknown as Socket, 'proxy'));
-    assert.equal(t.lifecycle.admitConnection(sockets[2] as unknown as Socket, 'proxy'), undefined);
+    assert.ok(t.lifecycle.connections.admit(sockets[0] as unknown as Socket, 'proxy'));
+    assert.ok(t.lifecycle.connections.admit(sockets[1] as unknown as Socket, 'proxy'));
+    assert.equal(t.lifecycle.connections.admit(sockets[2] as unknown as Socket, 'proxy'), undefined);
     assert.equal(sockets[2]!.closedBy, 'destroy');
     assert.equal(t.lifecycle.connections.size, 2);
     assert.deepEqual(t.rejected, ['proxy']);
     assert.deepEqual(t.closed, [], 'a rejected connection is not counted as closed');
     sockets[0]!.destroy();
     const next = new FakeSocket();
-    assert.ok(t.lifecycle.admitConnection(next as unknown as Socket, 'proxy'), 'room again after one closed');
+    assert.ok(t.lifecycle.connections.admit(next as unknown as Socket, 'proxy'), 'room again after one closed');
     assert.equal(next.destroyed, false);
   });
 
@@ -579,14 +580,14 @@ describe('L10 connection tracking and the limit', () => {
       settings: drainSettings({ minDrainSecs: 0 }),
     });
     lifecycle.connections.limit = 1;
-    assert.ok(lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'));
-    assert.equal(lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'), undefined);
+    assert.ok(lifecycle.connections.admit(new FakeSocket() as unknown as Socket, 'proxy'));
+    assert.equal(lifecycle.connections.admit(new FakeSocket() as unknown as Socket, 'proxy'), undefined);
   });
 
   test('L10: max_connections 0 admits every connection', () => {
     const t = setup();
     t.lifecycle.connections.limit = 0;
-    for (let i = 0; i < 5; i++) assert.ok(t.lifecycle.admitConnection(new FakeSocket() as unknown as Socket, 'proxy'));
+    for (let i = 0; i < 5; i++) assert.ok(t.lifecycle.connections.admit(new FakeSocket() as unknown as Socket, 'proxy'));
     assert.equal(t.lifecycle.connections.size, 5);
     assert.deepEqual(t.rejected, []);
   });
@@ -605,7 +606,7 @@ describe('L10 connection tracking and the limit', () => {
     assert.equal(c.connection.idleSince, 4_000);
 
     const ws = t.active();
-    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     t.lifecycle.requestStarted(ws.connection);
     assert.equal(ws.connection.state, 'upgraded');
     t.lifecycle.requestFinished(ws.connection);
@@ -642,7 +643,7 @@ describe('L8 forced drain edges', () => {
     const busy = t.active();
     void t.lifecycle.drain('admin', { exit: false });
     t.lifecycle.force('SIGTERM');
-    assert.equal(t.lifecycle.drainInfo()?.exit, true);
+    assert.equal(t.lifecycle.status.info()?.exit, true);
     t.lifecycle.requestFinished(busy.connection);
     assert.equal(await t.lifecycle.done, 1);
   });

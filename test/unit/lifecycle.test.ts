@@ -6,7 +6,8 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
+import type { Clock } from '../../src/lifecycle/clock.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { DrainSettings, ForceEndable, LifecycleCommand, LifecycleHooks } from '../../src/lifecycle/contracts.ts';
 import { drainSettings } from '../support/drain-settings.ts';
@@ -153,7 +154,7 @@ function setup(
 
   function connect(name = 'conn', socketOptions: { holdOnEnd?: boolean; listener?: string } = {}) {
     const socket = new FakeSocket(++port, { holdOnEnd: socketOptions.holdOnEnd ?? false, onClose: (how) => order.push(`close:${name}:${how}`) });
-    const connection = lifecycle.connectionAccepted(socket as unknown as Socket, socketOptions.listener ?? 'proxy');
+    const connection = lifecycle.connections.add(socket as unknown as Socket, socketOptions.listener ?? 'proxy');
     return { socket, connection };
   }
   /** A keep-alive connection that has served one request and waits for the next. */
@@ -214,7 +215,7 @@ describe('clock', () => {
         settings: drainSettings({ minDrainSecs: 1 }),
       });
       clock.advance(1234);
-      const connection = lifecycle.connectionAccepted(new FakeSocket(1) as unknown as Socket, 'proxy');
+      const connection = lifecycle.connections.add(new FakeSocket(1) as unknown as Socket, 'proxy');
       assert.equal(connection.acceptedAt, 1234);
     },
   );
@@ -471,7 +472,7 @@ describe('L6 connections after the listeners close', () => {
   test('L7: a WebSocket session holds the drain (in flight) until its socket closes', async () => {
     const t = setup({ minDrainSecs: 0 });
     const ws = t.active('ws');
-    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     assert.equal(ws.connection.state, 'upgraded');
     const done = watch(t.lifecycle.drain('SIGTERM'));
     t.advanceSecs(3600);
@@ -636,7 +637,7 @@ describe('L8 forced drain', () => {
   test('L8: a WebSocket session in flight is ended gracefully (FIN after its close frame), not destroyed', () => {
     const t = setup({ minDrainSecs: 30 });
     const ws = t.active('ws');
-    t.lifecycle.connections.upgraded(ws.connection, new WebSocketProtocol(ws.connection));
+    ws.connection.upgraded(new WebSocketProtocol(ws.connection));
     void t.lifecycle.drain('SIGTERM');
     t.lifecycle.force('second SIGTERM');
     assert.equal(ws.socket.closedBy, 'end');
@@ -788,13 +789,13 @@ describe('drain() promise', () => {
   test('drainSeconds() is 0 before the drain and counts from its start', async () => {
     const t = setup({ minDrainSecs: 10 });
     t.advanceSecs(100);
-    assert.equal(t.lifecycle.drainSeconds(), 0);
+    assert.equal(t.lifecycle.status.seconds(), 0);
     const done = t.lifecycle.drain('SIGTERM');
     t.advanceSecs(4);
-    assert.equal(t.lifecycle.drainSeconds(), 4);
+    assert.equal(t.lifecycle.status.seconds(), 4);
     t.advanceSecs(6);
     await outcome(done);
-    assert.equal(t.lifecycle.drainSeconds(), 10);
+    assert.equal(t.lifecycle.status.seconds(), 10);
   });
 });
 
@@ -991,7 +992,7 @@ describe('O1 logs', () => {
     for (let i = 0; i < 3; i++) t.lifecycle.requestStarted(t.connect(`probe${i}`).connection, true);
     t.lifecycle.requestStarted(t.connect('client').connection, false);
     assert.equal(t.events('connection_accepted_while_draining').length, 1);
-    assert.equal(t.lifecycle.probeConnections, 3);
+    assert.equal(t.lifecycle.status.probeConnections, 3);
     t.advanceSecs(5);
     assert.equal(t.events('drain_progress')[0]!.fields.probe_connections, 3);
   });
@@ -1004,7 +1005,7 @@ describe('O1 logs', () => {
     t.lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'request' });
     t.lifecycle.trackForceEndable({ forceEnd: () => {} });
     void t.lifecycle.drain('SIGTERM');
-    assert.deepEqual(t.lifecycle.waitingFor(), { window_secs_left: 0, requests: 2, streams: 1, sessions: 1, workers: 0 });
+    assert.deepEqual(t.lifecycle.status.waitingFor(), { window_secs_left: 0, requests: 2, streams: 1, sessions: 1, workers: 0 });
     assert.equal(t.events('drain_started')[0]!.message, 'drain started: window over; waiting for 2 requests, 1 stream, 1 session');
   });
 
@@ -1092,9 +1093,9 @@ describe('a supervisor of worker processes', () => {
   test('E4/L8: every drain, force and health-check change is passed to the commanded hook, with its options', () => {
     const commands: LifecycleCommand[] = [];
     const t = setup({ minDrainSecs: 30 }, { commanded: (c) => commands.push(c) });
-    assert.equal(t.lifecycle.failHealthCheck(), true);
-    assert.equal(t.lifecycle.failHealthCheck(), false); // no change, nothing passed on
-    t.lifecycle.restoreHealthCheck();
+    assert.equal(t.lifecycle.health.fail(), true);
+    assert.equal(t.lifecycle.health.fail(), false); // no change, nothing passed on
+    t.lifecycle.health.restore();
     void t.lifecycle.drain('admin:/drain_listeners', { graceful: true, exit: false, windowSecs: 2 });
     void t.lifecycle.drain('SIGTERM');
     t.lifecycle.force('second SIGTERM');

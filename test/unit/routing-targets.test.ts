@@ -10,7 +10,7 @@ import { backoffMs, listed, retryAfterMs, statusFailure, transportFailure } from
 import { RetryBudget } from '../../src/routing/retry-budget.ts';
 import { FirstContentWatch, type Watched } from '../../src/gateway/first-content.ts';
 import { SseParser, formatSse, type SseEvent } from '../../src/translate/sse.ts';
-import { ManualClock } from '../../src/lifecycle/clock.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 
 // ---------------------------------------------------------------------------------------------
 // Helpers

@@ -7,7 +7,8 @@ import assert from 'node:assert/strict';
 import { EventEmitter } from 'node:events';
 import type { Socket } from 'node:net';
 import { setImmediate as nextTurn } from 'node:timers/promises';
-import { ManualClock, type Clock } from '../../src/lifecycle/clock.ts';
+import type { Clock } from '../../src/lifecycle/clock.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 import { Lifecycle } from '../../src/lifecycle/lifecycle.ts';
 import type { ExchangeFacts } from '../../src/lifecycle/contracts.ts';
 import { StatusFeed } from '../../src/admin/status-feed.ts';
@@ -43,7 +44,7 @@ function setup(minDrainSecs = 1) {
   lifecycle.markServing();
   const connect = () => {
     const socket = new FakeSocket();
-    return { socket, connection: lifecycle.connectionAccepted(socket as unknown as Socket, 'admin') };
+    return { socket, connection: lifecycle.connections.add(socket as unknown as Socket, 'admin') };
   };
   return { manual, lifecycle, connect, shutdowns: () => shutdowns };
 }
@@ -60,7 +61,7 @@ describe('a watch and the drain', () => {
     assert.equal(lifecycle.state, 'exited', 'the watcher held the drain');
     assert.equal(await done, 0);
     assert.equal(shutdowns(), 1);
-    assert.deepEqual(lifecycle.drainMoments().map((m) => m.event), ['drain_started', 'window_over', 'listeners_closed', 'exited']);
+    assert.deepEqual(lifecycle.status.moments().map((m) => m.event), ['drain_started', 'window_over', 'listeners_closed', 'exited']);
     lifecycle.watchFinished(connection);
     assert.equal(lifecycle.inFlight, 0, 'nothing left counted');
   });
@@ -104,12 +105,12 @@ describe('open streams and sessions', () => {
     lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'request', exchange: facts(50, 'c') });
     lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'stream' });
     const untrack = lifecycle.trackForceEndable({ forceEnd: () => {}, kind: () => 'stream', exchange: facts(5, 'd') });
-    const open = lifecycle.openWork(2);
+    const open = lifecycle.status.openWork(2);
     assert.equal(open.total, 3);
     assert.deepEqual(open.oldest.map((o) => [o.kind, o.endpoint, o.age_secs]), [['session', 'b', 9], ['stream', 'd', 5]]);
     assert.equal(open.oldest[0]!.model.length, 200, 'a client-given model name is cut');
     untrack();
-    assert.equal(lifecycle.openWork(50).total, 2);
+    assert.equal(lifecycle.status.openWork(50).total, 2);
   });
 });
 

@@ -2,7 +2,7 @@
 // /server_info until the new generation serves or the restart has failed, and says which.
 import type { Config } from '../config/schema.ts';
 import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
-import { adminUrl } from '../commands/admin-client.ts';
+import { adminUrl } from './admin-client.ts';
 
 interface Info {
   hot_restart: { generation: number; last: { result: string; reason: string | null; generation: number } | null } | null;
