@@ -99,6 +99,13 @@ describe('TrackedList (what a forced drain must end, L8)', () => {
     assert.deepEqual([...list.values()], []);
     list.add('e');
     assert.deepEqual([...list.values()], ['e'], 'usable again once empty');
+    const tail = new TrackedList<string>();
+    const x = tail.add('x');
+    const y = tail.add('y');
+    tail.add('z');
+    y();
+    x();
+    assert.deepEqual([...tail.values()], ['z'], 'the middle, then the tail: the links left behind are right');
   });
 });
 
@@ -409,6 +416,13 @@ describe('Lifecycle: its counters and lines', () => {
     u.lifecycle.requestStarted(d.connection);
     void u.lifecycle.drain('SIGTERM');
     assert.equal(u.lifecycle.state, 'draining', 'its view ended: the connection carries a request, which holds the drain');
+    const v = lifecycleSetup({ minDrainSecs: 0 });
+    const slow = v.connect();
+    slow.socket.destroySoon = () => {}; // a peer slow to close
+    v.lifecycle.watchStarted(slow.connection);
+    v.lifecycle.watchFinished(slow.connection);
+    void v.lifecycle.drain('SIGTERM');
+    assert.equal(v.lifecycle.state, 'closing', 'its view ended: an open connection that carries none holds the exit until it closes');
   });
 
   test('a connection accepted before the drain is not logged as accepted while draining, and its probes are not counted', () => {
@@ -446,6 +460,11 @@ describe('Lifecycle: its counters and lines', () => {
     assert.equal(t.message('drain_widened'), 'drain widened');
     assert.equal(t.message('listeners_closing'), 'listeners closing');
     assert.equal(t.message('process_exit'), 'process exiting');
+    const u = lifecycleSetup({ minDrainSecs: 0 });
+    void u.lifecycle.drain('admin', { exit: false });
+    void u.lifecycle.drain('admin', { exit: false });
+    assert.equal(u.lifecycle.state, 'draining', 'a second drain that does not exit widens nothing');
+    assert.equal(u.message('drain_widened'), undefined);
   });
 
   test('L8: the forced end\'s line; a socket that never finishes writing holds the exit one second at most', async () => {
@@ -495,8 +514,10 @@ describe('Lifecycle: its counters and lines', () => {
     const { log } = logger();
     const lifecycle = new Lifecycle({ clock: clockOf(clock), log, hooks: { stopAccepting: () => {}, shutdown: () => Promise.resolve() }, settings: drainSettings({ minDrainSecs: 10, drainTimeSecs: 10, drainStrategy: 'gradual' }), random: () => 1 });
     lifecycle.markServing();
+    lifecycle.requestStarted(undefined); // in flight: the drain stays in its draining state
     void lifecycle.drain('SIGTERM');
     clock.advance(10_000);
+    assert.equal(lifecycle.state, 'draining');
     assert.equal(lifecycle.shouldRetire('proxy'), true);
   });
 });
