@@ -384,7 +384,8 @@ describe('etcd: away and back', { skip }, () => {
     const gw = await startGateway({ config: etcdConfig(prefix) });
     const following = async () => (json(await adminCall(gw, 'GET', '/server_info')).config_source as { following: boolean; last_error: string | null }).following;
     try {
-      assert.equal(await following(), true);
+      // Ready may come before the watch is set up (the previous test restarted etcd): wait for it.
+      await eventually(following, 10_000, 'following etcd at start');
       etcd.freeze();
       const frozenAt = Date.now();
       await eventually(async () => !(await following()), 20_000, 'not following a frozen etcd');
