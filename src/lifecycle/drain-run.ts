@@ -44,6 +44,8 @@ export interface DrainRunNeeds {
 export class DrainRun {
   readonly plan: DrainPlan;
   readonly #needs: DrainRunNeeds;
+  /** The window as it was given (the drain lines show it so), and when it ends. */
+  readonly #windowSecs: number;
   readonly #windowEndsAt: number;
   #windowElapsed = false;
   readonly #moments = new DrainMoments();
@@ -60,8 +62,8 @@ export class DrainRun {
       includeModifyOnly: options.includeModifyOnly ?? false,
       keepIdleSecs: options.keepIdleSecs ?? 0,
     };
-    const windowSecs = graceful ? (options.windowSecs ?? needs.settings().minDrainSecs) : 0;
-    this.#windowEndsAt = this.plan.startedAt + windowSecs * 1000;
+    this.#windowSecs = graceful ? (options.windowSecs ?? needs.settings().minDrainSecs) : 0;
+    this.#windowEndsAt = this.plan.startedAt + this.#windowSecs * 1000;
   }
 
   /** Sets the drain going (the Lifecycle is in its `draining` state by now). */
@@ -146,9 +148,9 @@ export class DrainRun {
     return (this.#needs.clock.now() - this.plan.startedAt) / 1000;
   }
 
-  /** The window in seconds (0 for a drain that stopped accepting at once). */
+  /** The window in seconds, as given (0 for a drain that stopped accepting at once). */
   windowSecs(): number {
-    return Math.max(0, this.#windowEndsAt - this.plan.startedAt) / 1000;
+    return this.#windowSecs;
   }
 
   /** Seconds until the window is over; 0 once it is. */

@@ -467,6 +467,15 @@ describe('Lifecycle: its counters and lines', () => {
     assert.equal(u.message('drain_widened'), undefined);
   });
 
+  test('O1: the window in the drain lines is the one given, to the last digit, whatever the clock reads', () => {
+    const t = lifecycleSetup({ minDrainSecs: 0.5 });
+    t.clock.advance(198.01058371560208); // a start where (start + 500 - start) / 1000 is not 0.5
+    t.lifecycle.requestStarted(undefined);
+    void t.lifecycle.drain('SIGTERM');
+    assert.equal(t.lines.find((l) => l.fields.event === 'drain_started')!.fields.min_drain_secs, 0.5);
+    assert.equal(t.lifecycle.status.windowSecs(), 0.5);
+  });
+
   test('L8: the forced end\'s line; a socket that never finishes writing holds the exit one second at most', async () => {
     const t = lifecycleSetup({ minDrainSecs: 60 });
     const stuck = t.connect();
