@@ -44,9 +44,8 @@ export interface DrainRunNeeds {
 export class DrainRun {
   readonly plan: DrainPlan;
   readonly #needs: DrainRunNeeds;
-  /** The window as it was given (the drain lines show it so), and when it ends. */
+  /** The window as it was given (the drain lines show it so). */
   readonly #windowSecs: number;
-  readonly #windowEndsAt: number;
   #windowElapsed = false;
   readonly #moments = new DrainMoments();
 
@@ -63,7 +62,6 @@ export class DrainRun {
       keepIdleSecs: options.keepIdleSecs ?? 0,
     };
     this.#windowSecs = graceful ? (options.windowSecs ?? needs.settings().minDrainSecs) : 0;
-    this.#windowEndsAt = this.plan.startedAt + this.#windowSecs * 1000;
   }
 
   /** Sets the drain going (the Lifecycle is in its `draining` state by now). */
@@ -155,7 +153,7 @@ export class DrainRun {
 
   /** Seconds until the window is over; 0 once it is. */
   windowSecsLeft(): number {
-    return this.#windowElapsed ? 0 : Math.max(0, this.#windowEndsAt - this.#needs.clock.now()) / 1000;
+    return this.#windowElapsed ? 0 : Math.max(0, this.plan.startedAt + this.#windowSecs * 1000 - this.#needs.clock.now()) / 1000;
   }
 
   /** Records a moment of the drain once (the status page's timeline). */

@@ -30,8 +30,7 @@ export class ConnectionRetirement {
   readonly #connections: ConnectionTracker;
   readonly #settings: () => DrainSettings;
   readonly #random: () => number;
-  readonly #after: (ms: number, fn: () => void) => void;
-  readonly #every: (ms: number, fn: () => void) => void;
+  readonly #timers: Timers;
   #sweeping = false;
 
   constructor(needs: RetirementNeeds) {
@@ -39,15 +38,14 @@ export class ConnectionRetirement {
     this.#connections = needs.connections;
     this.#settings = () => needs.settings();
     this.#random = needs.random;
-    this.#after = (ms, fn) => needs.timers.after(ms, fn);
-    this.#every = (ms, fn) => needs.timers.every(ms, fn);
+    this.#timers = needs.timers;
   }
 
   /** Starts the sweep timer (once serving, or when a drain deadline is set before). Idempotent. */
   startSweep(): void {
     if (this.#sweeping) return;
     this.#sweeping = true;
-    this.#every(SWEEP_MS, () => this.#sweep());
+    this.#timers.every(SWEEP_MS, () => this.#sweep());
   }
 
   /** One timer for every connection deadline, instead of a timer per connection. */
@@ -80,13 +78,13 @@ export class ConnectionRetirement {
   scheduleProactiveDrain(startedAt: number, drainTimeMs: number, inPlan: (listener: string) => boolean): void {
     const timeoutMs = this.#settings().connectionDrainTimeoutSecs * 1000;
     if (drainTimeMs - timeoutMs <= (drainTimeMs * 2) / 3) return; // too short to leave room
-    this.#after((drainTimeMs * 2) / 3, () => {
+    this.#timers.after((drainTimeMs * 2) / 3, () => {
       for (const connection of this.#connections.all()) {
         if (connection.retiring || !inPlan(connection.listener)) continue;
         const at = proactiveDrainAt(drainTimeMs, timeoutMs, connection.acceptedAt - startedAt, this.#random);
         if (at === undefined) continue;
         const delay = Math.max(0, startedAt + at - this.#clock.now());
-        this.#after(delay, () => this.#drainProactively(connection, timeoutMs));
+        this.#timers.after(delay, () => this.#drainProactively(connection, timeoutMs));
       }
     });
   }
@@ -148,7 +146,7 @@ export class ConnectionRetirement {
 
   /** L6: a fresh connection (accepted, no request yet) gets the grace to send one, then goes. */
   holdFresh(connection: TrackedConnection): void {
-    this.#after(this.#settings().freshConnectionGraceSecs * 1000, () => {
+    this.#timers.after(this.#settings().freshConnectionGraceSecs * 1000, () => {
       if (connection.state === 'fresh' && !connection.socket.destroyed) connection.destroy('drain_fresh_timeout');
     });
   }
