@@ -14,7 +14,8 @@ import { classifyUpstreamError } from './upstream-errors.ts';
 import { readUsageFrom } from './usage.ts';
 import { checkHandshake } from './websocket-handshake.ts';
 import { checkRealtimeQuery, upstreamRealtimeQuery } from './realtime-query.ts';
-import type { Admission, Limiter } from '../limits/limiter.ts';
+import type { Limiter } from '../limits/limiter.ts';
+import type { Admission } from '../limits/admission.ts';
 import type { Provider } from '../providers/types.ts';
 import type { Route } from '../routing/router.ts';
 

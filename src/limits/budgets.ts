@@ -5,7 +5,7 @@
 import type { BudgetConfig } from '../config/schema.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import { outputTokens, promptEstimate } from './estimates.ts';
-import type { AdmitRequest } from './limiter.ts';
+import type { AdmitRequest } from './limit-policy.ts';
 import type { Ask, Verdict } from './store.ts';
 
 /** A key's budget for the period `now` is in (UTC calendar day or month). */

@@ -1,7 +1,7 @@
 // What a request may use, estimated before it runs: its prompt from the body's size, its output from
 // its max_tokens (or a default) for each choice it asks for. The token reservation (limiter.ts) and
 // a budget's hold (budgets.ts) are both made of these.
-import type { AdmitRequest } from './limiter.ts';
+import type { AdmitRequest } from './limit-policy.ts';
 
 /** The prompt's tokens estimated from the request body's size: 4 bytes a token. */
 export function promptEstimate(bodyBytes: number): number {

@@ -4,7 +4,7 @@
 import { DEFAULT_ROUTE_RETRY, modelTargets, type ModelConfig, type RouteRetryConfig } from '../config/schema.ts';
 import { Balancer, type Strategy } from './balancer.ts';
 import { TargetStates, type TargetState } from './targets.ts';
-import { systemClock } from '../lifecycle/clock.ts';
+import { systemClock, type Clock } from '../lifecycle/clock.ts';
 
 export interface RouteTarget {
   readonly provider: string;
@@ -76,13 +76,19 @@ export class ModelRouter {
   readonly #prefixes: { prefix: string; route: Route }[] = [];
   readonly #catchAll: Route | undefined;
   readonly models: readonly ModelConfig[];
+  /** Where the routes' targets keep their state (circuits, cooldowns, in flight). */
+  readonly states: TargetStates;
 
-  /** `states`: where the routes' targets keep their state (a reload passes the carried ones). */
-  constructor(models: readonly ModelConfig[], states: TargetStates = new TargetStates(systemClock)) {
+  /**
+   * `states`: where the routes' targets keep their state (a reload passes the carried ones); without
+   * them, fresh ones on `clock` (tests pass a manual one).
+   */
+  constructor(models: readonly ModelConfig[], states?: TargetStates, clock: Clock = systemClock) {
     this.models = models;
+    this.states = states ?? new TargetStates(clock);
     let catchAll: Route | undefined;
     for (const model of models) {
-      const route = buildRoute(model, states);
+      const route = buildRoute(model, this.states);
       if (model.name === '*') catchAll = route;
       else if (model.name.endsWith('*')) this.#prefixes.push({ prefix: model.name.slice(0, -1), route });
       else this.#exact.set(model.name, route);

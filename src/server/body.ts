@@ -1,6 +1,7 @@
 // Reads a request body up to the configured limit.
 import type { IncomingMessage } from 'node:http';
 import { errors, type GatewayError } from '../api/errors.ts';
+import { systemClock, type Clock } from '../lifecycle/clock.ts';
 
 /** How much of an unwanted body is read and thrown away before the connection is cut. */
 const DISCARD_LIMIT_BYTES = 64 * 1024 * 1024;
@@ -9,19 +10,18 @@ const DISCARD_TIMEOUT_MS = 10_000;
 /**
  * Reads and drops the rest of a body we answered early (413, 401), like nginx's lingering close:
  * closing at once would reset a client still uploading, and it would never see our answer.
- * Bounded in bytes and time; past either, the connection is cut.
+ * Bounded in bytes and time (on `clock`); past either, the connection is cut.
  */
-export function discardRest(req: IncomingMessage): void {
+export function discardRest(req: IncomingMessage, clock: Clock = systemClock): void {
   if (req.complete || req.destroyed) return;
   let discarded = 0;
-  const timer = setTimeout(() => req.socket?.destroy(), DISCARD_TIMEOUT_MS);
-  timer.unref();
+  const timer = clock.after(DISCARD_TIMEOUT_MS, () => req.socket?.destroy());
   req.on('data', (chunk: Buffer) => {
     discarded += chunk.length;
     if (discarded > DISCARD_LIMIT_BYTES) req.socket?.destroy();
   });
-  req.once('end', () => clearTimeout(timer));
-  req.once('close', () => clearTimeout(timer));
+  req.once('end', () => timer.cancel());
+  req.once('close', () => timer.cancel());
   req.resume();
 }
 
@@ -29,12 +29,13 @@ export type BodyResult = { ok: true; body: Buffer } | { ok: false; error: Gatewa
 
 /**
  * Resolves with the whole body, or with an error: 413 past the limit (the rest is not read), or
- * `undefined` when the client went away first.
+ * `undefined` when the client went away first. `clock`: the time the rest of a body too large is
+ * discarded within.
  */
-export function readBody(req: IncomingMessage, limit: number): Promise<BodyResult> {
+export function readBody(req: IncomingMessage, limit: number, clock: Clock = systemClock): Promise<BodyResult> {
   const declared = req.headers['content-length'];
   if (declared !== undefined && Number(declared) > limit) {
-    discardRest(req);
+    discardRest(req, clock);
     return Promise.resolve({ ok: false, error: errors.bodyTooLarge(limit) });
   }
   return new Promise((resolve) => {
@@ -44,7 +45,7 @@ export function readBody(req: IncomingMessage, limit: number): Promise<BodyResul
       size += chunk.length;
       if (size > limit) {
         cleanup();
-        discardRest(req);
+        discardRest(req, clock);
         resolve({ ok: false, error: errors.bodyTooLarge(limit) });
         return;
       }

@@ -7,11 +7,14 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import fc from 'fast-check';
 import { MemoryStore } from '../../src/limits/memory-store.ts';
-import { Limiter, LimitPolicy, type Admission } from '../../src/limits/limiter.ts';
+import { Limiter } from '../../src/limits/limiter.ts';
+import { LimitPolicy } from '../../src/limits/limit-policy.ts';
+import type { Admission } from '../../src/limits/admission.ts';
 import { holdMicros } from '../../src/limits/budgets.ts';
 import type { Ask, Settlement } from '../../src/limits/store.ts';
 import { GatewayError } from '../../src/api/errors.ts';
 import { parseConfig } from '../../src/config/load.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 
 const budget = { id: 'k:2026-12', maxMicros: 1_000_000, resetAt: 61_000 };
 const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [budget], hold: 400_000, lease: 'l1', leaseMs: 30_000, ...over });
@@ -198,5 +201,27 @@ describe('the limiter prices a hold and says why a request does not fit', () => 
     admission.finish({ prompt: 10, completion: 10 }, 30, true);
     assert.deepEqual(await store.held(['k:1970-01-01']), [0]);
     assert.deepEqual(await store.spent(['k:1970-01-01']), [30]);
+  });
+
+  test('the renewals run every lease/3 on the clock the limiter is given, and stop with the last lease', () => {
+    const clock = new ManualClock();
+    const renewed: { renewals: unknown; leaseMs: number }[] = [];
+    const store = new MemoryStore(() => 0);
+    const spy = Object.assign(Object.create(store) as MemoryStore, {
+      renew: (renewals: unknown, leaseMs: number) => renewed.push({ renewals, leaseMs }),
+      acquire: (a: Ask) => store.acquire(a),
+      settle: (s: Settlement) => store.settle(s),
+    });
+    const limiter = new Limiter(spy, events, () => 0, clock);
+    const admission = limiter.admit(request(policy('prices: { cheap: { input: 1, output: 2 } }\nlimits: { lease_secs: 30 }'))) as Admission;
+    clock.advance(9_999);
+    assert.equal(renewed.length, 0, 'not before a third of the lease');
+    clock.advance(1);
+    assert.deepEqual(renewed, [{ renewals: [{ lease: 'r1', concurrency: [], holds: ['k:1970-01-01'], hold: 1000 + 2 * 1000 }], leaseMs: 30_000 }]);
+    clock.advance(20_000);
+    assert.equal(renewed.length, 3);
+    admission.finish({ prompt: 10, completion: 10 }, 30, true);
+    clock.advance(60_000);
+    assert.equal(renewed.length, 3, 'nothing renewed once the request ended');
   });
 });

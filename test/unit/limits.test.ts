@@ -7,7 +7,10 @@ import fc from 'fast-check';
 import assert from 'node:assert/strict';
 import { admits, fullInMs, levelAt, waitMs } from '../../src/limits/bucket.ts';
 import { MemoryStore } from '../../src/limits/memory-store.ts';
-import { Limiter, LimitPolicy, UNLIMITED, formatDuration, type Admission, type LimitedKey } from '../../src/limits/limiter.ts';
+import { Limiter } from '../../src/limits/limiter.ts';
+import { LimitPolicy, type LimitedKey } from '../../src/limits/limit-policy.ts';
+import { UNLIMITED, type Admission } from '../../src/limits/admission.ts';
+import { formatDuration } from '../../src/limits/rate-limit-refusal.ts';
 import { budgetPeriod } from '../../src/limits/budgets.ts';
 import { estimateTokens } from '../../src/limits/estimates.ts';
 import { Prices, costMicros } from '../../src/limits/prices.ts';
@@ -15,6 +18,7 @@ import { StoreUnavailable, type Ask, type LimitStore, type Settlement } from '..
 import { UsageStripper, withStreamUsage } from '../../src/gateway/stream-usage.ts';
 import { GatewayError } from '../../src/api/errors.ts';
 import { parseConfig } from '../../src/config/load.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 
 const ask = (over: Partial<Ask> = {}): Ask => ({ requests: [], tokens: [], cost: 0, concurrency: [], budgets: [], hold: 0, lease: 'l1', leaseMs: 30_000, ...over });
 
@@ -311,6 +315,48 @@ describe('Limiter', () => {
     await limiter2.close(300);
     assert.deepEqual(seen.lost, ['b:15:0'], 'logged with its key and usage');
     assert.ok(store2.closed);
+  });
+
+  test('a refused settlement is retried a second later on the clock the limiter is given', async () => {
+    const clock = new ManualClock();
+    const store = new FlakyStore();
+    const { events: ev, seen } = events();
+    const limiter = new Limiter(store, ev, () => 0, clock);
+    const admission = (await limiter.admit(request(policy(''), { name: 'a', limits: { tpm: 1000 } }))) as Admission;
+    store.down = true;
+    admission.finish({ prompt: 10, completion: 5 }, undefined, true);
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.deepEqual(seen.errors, ['settle:retried']);
+    store.down = false;
+    clock.advance(999);
+    assert.equal(store.settled.length, 0, 'not before the second is over');
+    clock.advance(1);
+    assert.equal(store.settled.length, 1, 'retried when the manual clock says the second is over');
+    await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(limiter.unsettled, 0);
+  });
+
+  test('the exit waits for the store until the deadline of the clock the limiter is given, then logs what it never took', async () => {
+    const clock = new ManualClock();
+    const store = new FlakyStore();
+    const { events: ev, seen } = events();
+    const limiter = new Limiter(store, ev, () => 0, clock);
+    const admission = (await limiter.admit(request(policy(''), { name: 'a', limits: { tpm: 1000 } }))) as Admission;
+    store.down = true;
+    admission.finish({ prompt: 10, completion: 5 }, undefined, true);
+    let closed = false;
+    const closing = limiter.close(60_000).then(() => (closed = true));
+    // A minute on the manual clock, in steps, with the real time only a few turns of the event loop.
+    for (let elapsed = 0; elapsed <= 60_000 && !closed; elapsed += 100) {
+      for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+      if (elapsed === 30_000) assert.equal(closed, false, 'still waiting halfway to the deadline');
+      clock.advance(100);
+    }
+    for (let i = 0; i < 5 && !closed; i++) await new Promise((resolve) => setImmediate(resolve));
+    assert.equal(closed, true, 'closed once the manual clock passed the deadline');
+    await closing;
+    assert.deepEqual(seen.lost, ['a:15:0']);
+    assert.ok(store.closed);
   });
 
   test('the token estimate: body bytes / 4 plus the completion maximum, or the default', () => {

@@ -4,6 +4,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { ModelRouter } from '../../src/routing/router.ts';
 import { modelSchema, type ModelConfig } from '../../src/config/schema.ts';
+import { ManualClock } from '../support/manual-clock.ts';
 
 const m = (name: string, provider: string, upstream_model?: string): ModelConfig =>
   modelSchema.parse(upstream_model === undefined ? { name, provider } : { name, provider, upstream_model });
@@ -77,4 +78,26 @@ test('without upstream_model the route keeps the requested name (upstreamModel u
 test('the configured models are exposed in order', () => {
   const models = [m('b', 'p'), m('a-*', 'p')];
   assert.deepEqual(new ModelRouter(models).models, models);
+});
+
+test('a router given no states keeps its targets\' on the clock it is given: a cooldown ends when that clock says so, and a reload carries it', () => {
+  const clock = new ManualClock();
+  clock.advance(1_000_000);
+  const router = new ModelRouter([m('gpt-*', 'openai'), m('fast', 'openai', 'gpt-4o-mini')], undefined, clock);
+  const state = router.resolve('gpt-4o')!.states[0]!;
+  const now = () => router.states.clock.now();
+  assert.equal(state.failed('timeout', now(), { failures: 1, secs: 30, maxSecs: 60 }, undefined), true, 'the circuit opened');
+  clock.advance(29_999);
+  assert.equal(state.usable(now()), false, 'cooling down');
+  clock.advance(1);
+  assert.equal(state.usable(now()), true, 'the cooldown is over on the manual clock');
+  assert.equal(router.states.carry(() => true).clock, clock);
+  assert.notEqual(router.resolve('fast')!.states[0], state, 'another target, another state');
+});
+
+test('a router given states uses those', () => {
+  const states = new ModelRouter([]).states;
+  const router = new ModelRouter([m('gpt-4o', 'openai')], states);
+  assert.equal(router.states, states);
+  assert.equal(router.resolve('gpt-4o')!.states[0], states.get('openai', 'gpt-4o'));
 });
