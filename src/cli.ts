@@ -4,6 +4,7 @@ import cluster from 'node:cluster';
 import { parseArgs } from 'node:util';
 import { createRequire } from 'node:module';
 import { ConfigError, loadDefaultConfig } from './config/load.ts';
+import { ReloadTriggers } from './reload/triggers.ts';
 import { embeddedSource, fileSource, type ConfigSource } from './config/source.ts';
 import type { EtcdSource } from './config/etcd-source.ts';
 import { SnapshotCache } from './config/snapshot.ts';
@@ -247,61 +248,19 @@ async function serve(bootstrapConfig: Config, bootstrap: ConfigSource, generatio
       }
       signalled = true;
     };
-    // E6: one reload procedure for every trigger (SIGHUP, a change of the file): the whole config
-    // is read again; a bad one is refused and the last good one keeps serving.
-    // A reload in progress is followed by one more (not one per change) when changes came meanwhile.
-    let reloading = false;
-    let again: string | undefined;
-    const reloadFrom = (trigger: string): void => {
-      if (reloading) {
-        // A change of the file or a SIGHUP is not hidden by an etcd change after it (that one reads only etcd's).
-        if (again === undefined || again === 'etcd') again = trigger;
-        return;
-      }
-      const settled = () => {
-        reloading = false;
-        const next = again;
-        again = undefined;
-        if (next !== undefined) reloadFrom(next);
-      };
-      reloading = true;
-      let running: Promise<void> | undefined;
-      try {
-        running = reloadOnce(trigger);
-      } finally {
-        if (running) void running.finally(settled);
-        else settled();
-      }
-    };
-    const reloadOnce = (trigger: string): Promise<void> | undefined => {
-      if (started.lifecycle.draining) {
-        // A file change while draining is not worth a line per save.
-        if (trigger === 'SIGHUP') logger.warn({ event: 'config_reload_ignored', reason: 'draining', trigger }, 'SIGHUP ignored: the process is draining');
-        return;
-      }
-      let next: Config;
-      try {
-        next = source.load(trigger);
-      } catch (error) {
-        if (!(error instanceof ConfigError)) throw error;
-        started.reloadRejected(trigger, error.problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; '));
-        logger.error({ event: 'config_reload_failed', trigger, source: error.source, problems: error.problems }, 'new configuration rejected; the last good one keeps serving');
-        return;
-      }
-      // E6a: all or nothing; a reload that cannot be applied is logged and counted by reload() and
-      // changes nothing.
-      return started.reload(next, trigger).then(
-        (applied) => {
-          if (!applied) return;
-          current = next;
-          etcd?.serving(next);
-        },
-        (error: unknown) => {
-          // A bug, not a refused config: reload() reports its own failures.
-          logger.error({ event: 'handler_error', err: error }, 'the reload failed unexpectedly');
-        },
-      );
-    };
+    // E6: one reload procedure for every trigger (SIGHUP, a change of the file, of etcd).
+    const reloads = new ReloadTriggers({
+      load: (trigger) => source.load(trigger),
+      apply: (next, trigger) => started.reload(next, trigger),
+      rejected: (trigger, reason) => started.reloadRejected(trigger, reason),
+      applied: (next) => {
+        current = next;
+        etcd?.serving(next);
+      },
+      draining: () => started.lifecycle.draining,
+      log: logger,
+    });
+    const reloadFrom = (trigger: string) => reloads.request(trigger);
     const onHangUp = () => reloadFrom('SIGHUP');
     // E6: the file is watched (reload.watch, read at start), and etcd always; the watch ends with the drain.
     if (config.reload.watch || etcd) {

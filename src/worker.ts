@@ -2,7 +2,8 @@
 // it passes each worker its share of the connections) and follows the supervisor's commands. It ignores signals: a terminal or
 // a service manager signals the whole process group, and the supervisor speaks for it.
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
-import { startGateway, type PreparedReload, type RunningGateway } from './app.ts';
+import { startGateway, type PreparedGatewayReload, type RunningGateway } from './app.ts';
+import { RemoteSettlements } from './reload/remote-settlement.ts';
 import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
 import { SupervisorStore } from './cluster/supervisor-store.ts';
@@ -25,10 +26,8 @@ export async function runWorker(version: string): Promise<number> {
   const slot = Number(process.env[WORKER_SLOT_ENV]) || 0;
   for (const signal of ['SIGTERM', 'SIGINT', 'SIGHUP', 'SIGUSR2'] as const) process.on(signal, () => {});
   const early: ToWorker[] = [];
-  /** E6a: reloads prepared and awaiting the supervisor's commit or abort, by id. */
-  const pendingReloads = new Map<number, PreparedReload>();
-  /** Commits or aborts that arrived before their prepare had finished. */
-  const settledEarly = new Map<number, 'commit' | 'abort'>();
+  /** E6a: reloads prepared and awaiting the supervisor's commit or abort (each reports how it went). */
+  const reloads = new RemoteSettlements<PreparedGatewayReload>((prepared, settlement) => (settlement === 'commit' ? prepared.commit() : void prepared.abort()));
   let gateway: RunningGateway | undefined;
   let onStart: ((message: Extract<ToWorker, { type: 'start' }>) => void) | undefined;
   const sockets = new DispatchedSockets(send);
@@ -74,18 +73,6 @@ export async function runWorker(version: string): Promise<number> {
   send({ type: 'ready', listeners: running.boundListeners() });
   return running.lifecycle.done;
 
-  function finish(gw: RunningGateway, prepared: PreparedReload, outcome: 'commit' | 'abort'): void {
-    if (outcome === 'abort') {
-      logger.info({ event: 'config_reload_abandoned', reason: 'another process of the group could not prepare it' }, 'reload abandoned; the previous configuration keeps serving');
-      void prepared.abort();
-    } else if (gw.lifecycle.draining) {
-      void prepared.abort();
-      gw.reloadFailed('the process began draining during the reload');
-    } else {
-      prepared.commit();
-    }
-  }
-
   function handle(gw: RunningGateway, message: ToWorker): void {
     switch (message.type) {
       case 'command': {
@@ -103,33 +90,24 @@ export async function runWorker(version: string): Promise<number> {
       // E6a: prepare, answer, then switch or drop when the supervisor says (it waits for every worker).
       case 'reload_prepare': {
         const { id } = message;
+        // A prepare that fails is reported by the gateway.
         gw.prepareReload(message.config, message.trigger).then(
           (prepared) => {
-            const early = settledEarly.get(id);
-            settledEarly.delete(id);
-            if (early) finish(gw, prepared, early);
-            else pendingReloads.set(id, prepared);
+            reloads.prepared(id, prepared);
             send({ type: 'reply', id, value: { ok: true } satisfies ReloadPrepared });
           },
           (error: unknown) => {
-            const reason = (error as Error).message;
-            settledEarly.delete(id);
-            gw.reloadFailed(reason, { trigger: message.trigger });
-            send({ type: 'reply', id, value: { ok: false, reason } satisfies ReloadPrepared });
+            reloads.failed(id);
+            send({ type: 'reply', id, value: { ok: false, reason: (error as Error).message } satisfies ReloadPrepared });
           },
         );
         return;
       }
       case 'reload_commit':
-      case 'reload_abort': {
-        const outcome = message.type === 'reload_commit' ? 'commit' : 'abort';
-        const prepared = pendingReloads.get(message.id);
-        pendingReloads.delete(message.id);
-        // The supervisor gave up waiting before this worker had prepared: settle it once it has.
-        if (prepared) finish(gw, prepared, outcome);
-        else settledEarly.set(message.id, outcome);
+      case 'reload_abort':
+        // The supervisor may give up waiting before this worker has prepared: then it is settled once it has.
+        reloads.settled(message.id, message.type === 'reload_commit' ? 'commit' : 'abort');
         return;
-      }
       case 'query': {
         const answer = message.kind === 'info' ? Promise.resolve(gw.info()) : message.kind === 'status' ? Promise.resolve(gw.status()) : gw.metricsJson();
         answer.then(

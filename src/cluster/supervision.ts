@@ -12,7 +12,8 @@ import type { MetricsJson, StateSources } from '../telemetry/metrics.ts';
 import type { BoundListener, GroupStatus, ProcessInfo, ProcessStatus } from '../lifecycle/process-info.ts';
 import type { SocketProvider } from '../server/sockets.ts';
 import { mergeGroupInfo, mergeGroupStatus } from './group-info.ts';
-import type { ReloadProblem, Supervisor, WorkerGroup } from './worker-group.ts';
+import { ReloadRefused, type ReloadParticipant } from '../reload/transaction.ts';
+import type { Supervisor, WorkerGroup } from './worker-group.ts';
 
 /** What supervision sees of the process it runs in (read when asked: the lifecycle is built after the hooks). */
 export interface SupervisedProcess {
@@ -27,7 +28,11 @@ export interface Supervision {
   readonly workers: number;
   /** Once the drain is over: 0 when every worker that ended during it exited 0, else the first other code (or 1). */
   readonly exitCode: number;
-  /** The part of a config that this process serves itself (a supervisor keeps only the admin listeners). */
+  /**
+   * The part of a config that this process serves itself. A supervisor serves no request: it keeps
+   * the admin listeners, traces nothing, and holds its workers' limit counters in memory (with
+   * `limits.store: redis` it holds none and opens no client).
+   */
   own(config: Config): Config;
   /** The lifecycle hooks that pass commands on and report the drain (none in one process). */
   lifecycleHooks(local: SupervisedProcess): Pick<LifecycleHooks, 'commanded' | 'reportDrain'>;
@@ -37,9 +42,10 @@ export interface Supervision {
   logFields(): object;
   /**
    * Once this process listens: starts the workers, whose listeners' sockets come from `sockets`
-   * and whose limit counters live in `limits` (with limits.store memory); resolves with where they listen.
+   * and whose limit counters live in this process's `limits` (when the config's `limits.store` is
+   * memory); resolves with where they listen.
    */
-  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits?: LimitStore): Promise<BoundListener[]>;
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits: LimitStore): Promise<BoundListener[]>;
   /** Readiness checks of the supervision (every worker serving). */
   healthChecks(): HealthCheck[];
   /** /server_info: this process's info, with the workers' summed and listed. */
@@ -48,12 +54,8 @@ export interface Supervision {
   groupStatus(local: ProcessStatus): Promise<GroupStatus>;
   /** The workers' metrics, to sum with this process's. */
   workerMetrics(): Promise<MetricsJson[]>;
-  /** Warns of what a reload of this config does not change. */
-  reloadStarting(nextFull: Config): void;
-  /** E6a: every worker prepares the config; resolves with those that could not. */
-  prepareReload(nextFull: Config, trigger: string): Promise<ReloadProblem[]>;
-  /** E6a: every worker switches (true) or keeps the previous config (false). */
-  finishReload(commit: boolean): void;
+  /** E6a: the supervision's parts of a reload, after this process's own (the workers: every one prepares, then all switch or none). */
+  reloadParticipants(): ReloadParticipant[];
   /** At shutdown, once this process's own drain is over: waits for the workers to exit. */
   stopped(): Promise<void>;
 }
@@ -71,9 +73,7 @@ export const oneProcess: Supervision = {
   groupInfo: async (local) => local,
   groupStatus: async (local) => ({ ...local, workers: [] }),
   workerMetrics: async () => [],
-  reloadStarting: () => {},
-  prepareReload: async () => [],
-  finishReload: () => {},
+  reloadParticipants: () => [],
   stopped: async () => {},
 };
 
@@ -110,7 +110,8 @@ export class GroupSupervision implements Supervision {
   }
 
   own(config: Config): Config {
-    return withListenersOf(config, 'admin');
+    const admin = withListenersOf(config, 'admin');
+    return { ...admin, tracing: { ...admin.tracing, enabled: false }, limits: { ...admin.limits, store: 'memory' } };
   }
 
   lifecycleHooks(local: SupervisedProcess): Pick<LifecycleHooks, 'commanded' | 'reportDrain'> {
@@ -142,9 +143,10 @@ export class GroupSupervision implements Supervision {
     return { workers: this.#workers.size };
   }
 
-  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits?: LimitStore): Promise<BoundListener[]> {
+  start(fullConfig: Config, supervisor: Supervisor, sockets: SocketProvider, limits: LimitStore): Promise<BoundListener[]> {
     this.#started = fullConfig;
-    return this.#workers.start(fullConfig, supervisor, sockets, limits);
+    // The workers share this process's memory counters (Redis: each has its own client).
+    return this.#workers.start(fullConfig, supervisor, sockets, fullConfig.limits.store === 'memory' ? limits : undefined);
   }
 
   healthChecks(): HealthCheck[] {
@@ -164,18 +166,24 @@ export class GroupSupervision implements Supervision {
     return replies.flatMap((r) => (r.value ? [r.value] : []));
   }
 
-  reloadStarting(nextFull: Config): void {
-    if (nextFull.workers !== this.#started?.workers) {
-      this.#logger.warn({ event: 'config_reload_partial', setting: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
-    }
-  }
-
-  prepareReload(nextFull: Config, trigger: string): Promise<ReloadProblem[]> {
-    return this.#workers.prepareReload(nextFull, trigger);
-  }
-
-  finishReload(commit: boolean): void {
-    this.#workers.finishReload(commit);
+  reloadParticipants(): ReloadParticipant[] {
+    const workers = this.#workers;
+    return [
+      {
+        name: 'workers',
+        prepare: async ({ full, trigger }) => {
+          if (full.workers !== this.#started?.workers) {
+            this.#logger.warn({ event: 'config_reload_partial', setting: 'workers', reason: 'the number of workers changes at the next start' }, 'workers is not changed by a reload');
+          }
+          const problems = await workers.prepareReload(full, trigger);
+          if (problems.length > 0) {
+            workers.finishReload(false);
+            throw new ReloadRefused(problems.map((p) => `worker ${p.worker}: ${p.reason}`).join('; '), { workers_failed: problems });
+          }
+          return { commit: () => workers.finishReload(true), abort: () => workers.finishReload(false) };
+        },
+      },
+    ];
   }
 
   stopped(): Promise<void> {
