@@ -4,14 +4,9 @@
 import { describeWaiting } from '../lifecycle/progress.ts';
 import type { DrainMoment } from '../lifecycle/contracts.ts';
 import type { GroupStatus, WorkerStatus } from '../lifecycle/process-info.ts';
+import type { LastReload } from '../reload/reload-report.ts';
 
-/** How the last reload went (none yet: null). */
-export interface LastReload {
-  at: string;
-  trigger: string;
-  outcome: 'success' | 'failure';
-  reason?: string;
-}
+export type { LastReload };
 
 /** Where the config comes from. */
 export interface ConfigFacts {

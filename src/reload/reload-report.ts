@@ -1,9 +1,16 @@
 // How each reload went, told everywhere an operator looks: the log line, the two metrics
 // (`sluice_config_reloads_total`, `sluice_config_last_reload_successful`) and the status page's
 // last reload.
-import type { LastReload } from '../admin/status-snapshot.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
+
+/** How the last reload went (none yet: null). */
+export interface LastReload {
+  at: string;
+  trigger: string;
+  outcome: 'success' | 'failure';
+  reason?: string;
+}
 
 export class ReloadReport {
   readonly #metrics: Pick<Metrics, 'configReloads' | 'configLastReloadSuccessful'>;
