@@ -4,23 +4,13 @@
 import { createLoggers, flushLogger } from './telemetry/logger.ts';
 import { startGateway, type PreparedGatewayReload, type RunningGateway } from './app.ts';
 import { RemoteSettlements } from './reload/remote-settlement.ts';
-import { WORKER_SLOT_ENV, isMessage, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
+import { WORKER_SLOT_ENV, type FromWorker, type ReloadPrepared, type ToWorker } from './cluster/messages.ts';
 import { DispatchedSockets } from './cluster/dispatched-sockets.ts';
 import { SupervisorStore } from './cluster/supervisor-store.ts';
 import { workerShare } from './cluster/supervision.ts';
 import { GENERATION_ENV } from './hot-restart/messages.ts';
-
-/** Sends to the supervisor; `written` is called once the message is written (or could not be). */
-function send(message: unknown, written?: () => void): void {
-  try {
-    if (!process.send) written?.();
-    else if (written) process.send(message, undefined, {}, () => written());
-    else process.send(message);
-  } catch {
-    // The supervisor is gone: the disconnect handler drains this worker.
-    written?.();
-  }
-}
+import { ProcessChannel } from './process-channel/channel.ts';
+import { parentTransport } from './process-channel/transport.ts';
 
 export async function runWorker(version: string): Promise<number> {
   const slot = Number(process.env[WORKER_SLOT_ENV]) || 0;
@@ -30,12 +20,15 @@ export async function runWorker(version: string): Promise<number> {
   const reloads = new RemoteSettlements<PreparedGatewayReload>((prepared, settlement) => (settlement === 'commit' ? prepared.commit() : void prepared.abort()));
   let gateway: RunningGateway | undefined;
   let onStart: ((message: Extract<ToWorker, { type: 'start' }>) => void) | undefined;
-  const sockets = new DispatchedSockets(send);
-  const limits = new SupervisorStore(send);
-  process.on('message', (message: unknown, passed: unknown) => {
-    if (!isMessage<ToWorker>(message)) return;
-    if (message.type === 'connection') sockets.connection(message.lease, message.handoff, passed as object | undefined);
-    else if (message.type === 'limit_reply') limits.replied(message.id, message.value, message.error);
+  // The supervisor's `limit_reply` answers a request of the limit store.
+  const channel = new ProcessChannel<FromWorker, ToWorker>(parentTransport(), { replies: ['limit_reply'] });
+  // What could not be sent is lost with the supervisor: the channel's gone drains this worker.
+  const send = (message: FromWorker) => void channel.send(message);
+  const sockets = new DispatchedSockets(channel);
+  const limits = new SupervisorStore(channel);
+  channel.onAny((message, passed) => {
+    if (message.type === 'connection') sockets.connection(message.lease, message.handoff, passed);
+    else if (message.type === 'limit_reply') return;
     else if (message.type === 'socket_acquired') sockets.acquired(message.lease, message.bound !== undefined ? { bound: message.bound } : { error: message.error ?? 'no socket', code: message.code });
     else if (message.type === 'start') onStart?.(message);
     else if (gateway) handle(gateway, message);
@@ -45,7 +38,7 @@ export async function runWorker(version: string): Promise<number> {
   send({ type: 'hello' });
   const start = await new Promise<Extract<ToWorker, { type: 'start' }> | undefined>((resolve) => {
     onStart = resolve;
-    process.once('disconnect', () => resolve(undefined));
+    channel.onGone(() => resolve(undefined));
   });
   if (!start) return 1;
   // A worker of a generation under hot restart says which (the supervisor's environment is its own).
@@ -68,7 +61,7 @@ export async function runWorker(version: string): Promise<number> {
   // Without its supervisor no new connections come: finish what is in flight and go (also if it
   // went while this worker was starting).
   const orphaned = () => void running.lifecycle.drain('supervisor_gone', { graceful: false });
-  if (process.connected) process.once('disconnect', orphaned);
+  if (channel.connected) channel.onGone(orphaned);
   else orphaned();
   send({ type: 'ready', listeners: running.boundListeners() });
   return running.lifecycle.done;
@@ -119,6 +112,7 @@ export async function runWorker(version: string): Promise<number> {
       case 'start':
       case 'connection':
       case 'socket_acquired':
+      case 'limit_reply':
         return;
     }
   }

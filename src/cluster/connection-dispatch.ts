@@ -5,7 +5,7 @@
 // starts and stops taking its connections (`serve`, `unserve`) and lets go of it; the socket
 // closes when no worker holds it, and while none serves it the connections wait.
 //
-// A connection stays the supervisor's until the worker confirms it (handoff.ts): one the worker
+// A connection stays the supervisor's until the worker confirms it (process-channel/handoff.ts): one the worker
 // refuses, or never confirms before it dies, comes back here and goes to another worker that serves
 // the socket. While none does, it waits for one at most `RETURNED_WAIT_MS`, then it is closed.
 import type { Socket } from 'node:net';

@@ -4,11 +4,8 @@
 import type { AddressInfo } from 'node:net';
 import { parseAddress } from '../config/schema.ts';
 import type { ConnectionTaker, SocketLease, SocketProvider } from '../server/sockets.ts';
-import { receiveHandoff } from './handoff.ts';
-import type { FromWorker } from './messages.ts';
-
-/** Sends a message to the supervisor; `written` is called once it is written (or could not be). */
-export type SendToSupervisor = (message: FromWorker, written?: () => void) => void;
+import type { ProcessChannel } from '../process-channel/channel.ts';
+import type { FromWorker, ToWorker } from './messages.ts';
 
 interface Lease {
   taker: ConnectionTaker | undefined;
@@ -18,13 +15,15 @@ interface Lease {
 }
 
 export class DispatchedSockets implements SocketProvider {
-  readonly #send: SendToSupervisor;
+  readonly #channel: ProcessChannel<FromWorker, ToWorker>;
+  readonly #send: (message: FromWorker) => void;
   readonly #leases = new Map<number, Lease>();
   readonly #pending = new Map<number, { resolve: (bound: string) => void; reject: (error: Error) => void }>();
   #next = 1;
 
-  constructor(send: SendToSupervisor) {
-    this.#send = send;
+  constructor(channel: ProcessChannel<FromWorker, ToWorker>) {
+    this.#channel = channel;
+    this.#send = (message) => void channel.send(message);
   }
 
   acquire(listener: string, configured: string): Promise<SocketLease> {
@@ -80,12 +79,8 @@ export class DispatchedSockets implements SocketProvider {
     if (!handle) return;
     const held = this.#leases.get(lease);
     const taker = held?.taker ?? held?.last;
-    if (!taker) {
-      this.#send({ type: 'connection_refused', handoff });
-      // This process's copy of the descriptor; the supervisor's keeps the connection open.
-      (handle as { close?: () => void }).close?.();
-      return;
-    }
-    receiveHandoff(handle, (written) => this.#send({ type: 'connection_taken', handoff }, written), taker);
+    // Refused: this process's copy of the descriptor closes; the supervisor's keeps the connection open.
+    if (!taker) return this.#channel.refuse(handle, { type: 'connection_refused', handoff });
+    this.#channel.receive(handle, { type: 'connection_taken', handoff }, taker);
   }
 }

@@ -25,7 +25,7 @@ export type ToWorker =
   /**
    * A connection accepted on the socket of `lease` (its bare handle travels with the message). It
    * stays the supervisor's until the worker answers `connection_taken` or `connection_refused`
-   * with the same `handoff` (handoff.ts).
+   * with the same `handoff` (process-channel/handoff.ts).
    */
   | { type: 'connection'; lease: number; handoff: number }
   /** The answer to `limit`: the store's value, or why it failed. */
@@ -57,10 +57,6 @@ export type LimitOperation = 'acquire' | 'settle' | 'renew' | 'spent';
 
 /** A worker's answer to `reload_prepare`. */
 export type ReloadPrepared = { ok: true } | { ok: false; reason: string };
-
-export function isMessage<T extends { type: string }>(value: unknown): value is T {
-  return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
-}
 
 /** The environment variable that tells a worker its slot (1..N), stable across restarts. */
 export const WORKER_SLOT_ENV = 'SLUICE_WORKER';

@@ -9,8 +9,12 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import type { Server, Socket } from 'node:net';
 import type { Logger } from '../telemetry/logger.ts';
 import type { HandedSocket } from '../server/sockets.ts';
-import { detachHandle } from '../server/handles.ts';
-import { GENERATION_ENV, isHotRestartMessage, noCarriedState, type CarriedState, type FromGeneration, type HotRestartResult, type KeeperSettings, type ToGeneration } from './messages.ts';
+import { adoptHandle } from '../server/handles.ts';
+import type { ConnectionHandoff } from '../process-channel/handoff.ts';
+import { systemClock, type Clock } from '../lifecycle/clock.ts';
+import { ProcessChannel } from '../process-channel/channel.ts';
+import { childTransport } from '../process-channel/transport.ts';
+import { GENERATION_ENV, noCarriedState, type CarriedState, type FromGeneration, type HotRestartResult, type KeeperSettings, type ToGeneration } from './messages.ts';
 
 export interface KeeperOptions {
   /** The arguments the generations get (those the keeper was started with). */
@@ -18,6 +22,8 @@ export interface KeeperOptions {
   log: Logger;
   /** E7: how long a new generation may take to be ready. */
   startTimeoutSecs: number;
+  /** The timers that decide (the start timeout, the kill of a generation that does not stop); default the system's. */
+  clock?: Clock;
 }
 
 type GenerationState = 'starting' | 'serving' | 'retiring' | 'exited';
@@ -25,9 +31,11 @@ type GenerationState = 'starting' | 'serving' | 'retiring' | 'exited';
 interface Generation {
   readonly number: number;
   readonly child: ChildProcess;
+  /** Holds what is sent until the generation's hello (before that it is loading its config). */
+  readonly channel: ProcessChannel<ToGeneration, FromGeneration>;
+  /** Connections passed to it (by the socket's `bound`), the keeper's until it confirms them. */
+  readonly handoff: ConnectionHandoff<string>;
   state: GenerationState;
-  /** It said hello: it hears messages (before that it is loading its config). */
-  hello: boolean;
   readonly startedAt: number;
   readonly exited: Promise<number>;
   /** The generation its limit counters were handed to: its later changes go there. */
@@ -40,6 +48,7 @@ const KILL_AFTER_MS = 5000;
 export class Keeper {
   readonly #options: KeeperOptions;
   readonly #log: Logger;
+  readonly #clock: Clock;
   readonly #generations = new Set<Generation>();
   #current: Generation | undefined;
   /** The generation being started by a hot restart, until it serves or fails. */
@@ -54,18 +63,17 @@ export class Keeper {
   constructor(options: KeeperOptions) {
     this.#options = options;
     this.#log = options.log;
+    this.#clock = options.clock ?? systemClock;
   }
 
   /** Starts the first generation and follows the signals. Resolves with the exit code, once every generation has exited. */
   run(): Promise<number> {
     const first = this.#spawn();
-    first.child.on('message', (message: unknown) => {
-      if (!isHotRestartMessage<FromGeneration>(message)) return;
-      if (message.type === 'hello') {
-        this.#send(first, { type: 'inherit', state: this.#state, keeper: this.#settings() });
-        this.#send(first, { type: 'sockets_done' });
-      } else if (message.type === 'ready') this.#serving(first, undefined);
+    first.channel.on('hello', () => {
+      this.#send(first, { type: 'inherit', state: this.#state, keeper: this.#settings() });
+      this.#send(first, { type: 'sockets_done' });
     });
+    first.channel.on('ready', () => this.#serving(first, undefined));
     this.#current = first;
     this.#next = first;
     for (const signal of ['SIGTERM', 'SIGINT'] as const) process.on(signal, () => this.#stop(signal));
@@ -86,37 +94,45 @@ export class Keeper {
       { event: 'hot_restart_started', trigger, to_generation: next.number, from_generation: old.number, new_pid: next.child.pid },
       `hot restart (${trigger}): starting generation ${next.number} beside generation ${old.number}`,
     );
-    const timer = setTimeout(() => this.#failed(next, 'timeout', `generation ${next.number} was not ready within ${this.#options.startTimeoutSecs} s (hot_restart.start_timeout_secs)`), this.#options.startTimeoutSecs * 1000);
-    timer.unref();
-    /** The old generation was asked to hand over (once: at the new one's hello). */
-    let asked = false;
-    const onOld = (message: unknown, handle: unknown) => {
-      if (!isHotRestartMessage<FromGeneration>(message) || this.#next !== next) return;
-      if (message.type === 'state') {
+    const timer = this.#clock.after(this.#options.startTimeoutSecs * 1000, () =>
+      this.#failed(next, 'timeout', `generation ${next.number} was not ready within ${this.#options.startTimeoutSecs} s (hot_restart.start_timeout_secs)`),
+    );
+    /** What the old generation hands over, heard from `hand_over` (at the new one's hello) until its `sockets_done`. */
+    let handingOver: (() => void)[] = [];
+    const stopHandingOver = () => {
+      for (const stop of handingOver.splice(0)) stop();
+    };
+    const listenToOld = () => [
+      old.channel.on('state', (message) => {
+        if (this.#next !== next) return;
         this.#state.healthCheckFailed = message.state.healthCheckFailed;
         // The counters go to the next generation only; the changes that follow them go there too.
         old.heir = next;
         this.#send(next, { type: 'inherit', state: { ...this.#state, limits: message.state.limits }, keeper: this.#settings() });
-      } else if (message.type === 'socket' && handle) this.#relay(old, next, message.handed, handle as Server);
-      else if (message.type === 'sockets_done') {
-        old.child.off('message', onOld);
+      }),
+      old.channel.on('socket', (message, handle) => {
+        if (this.#next === next && handle) this.#relay(old, next, message.handed, handle as Server);
+      }),
+      old.channel.on('sockets_done', () => {
+        if (this.#next !== next) return;
+        stopHandingOver();
         this.#send(next, { type: 'sockets_done' });
-      }
-    };
-    next.child.on('message', (message: unknown) => {
-      if (!isHotRestartMessage<FromGeneration>(message)) return;
-      if (message.type === 'hello' && !asked && this.#next === next) {
-        asked = true;
-        old.child.on('message', onOld);
-        this.#send(old, { type: 'hand_over' });
-      } else if (message.type === 'ready' && this.#next === next) {
-        clearTimeout(timer);
-        this.#serving(next, old);
-      }
+      }),
+    ];
+    // The channel passes on its first hello only.
+    next.channel.on('hello', () => {
+      if (this.#next !== next) return;
+      handingOver = listenToOld();
+      this.#send(old, { type: 'hand_over' });
+    });
+    next.channel.on('ready', () => {
+      if (this.#next !== next) return;
+      timer.cancel();
+      this.#serving(next, old);
     });
     void next.exited.then((code) => {
-      clearTimeout(timer);
-      old.child.off('message', onOld);
+      timer.cancel();
+      stopHandingOver();
       if (this.#next === next) this.#failed(next, 'failed', `generation ${next.number} exited with code ${code} before it was ready`);
     });
   }
@@ -137,8 +153,9 @@ export class Keeper {
     if (!old) return;
     old.state = 'retiring';
     this.#send(old, { type: 'retire' });
-    this.#finished(generation, 'success', undefined, `hot restart done: generation ${generation.number} serves (in ${Date.now() - generation.startedAt} ms); generation ${old.number} drains`, {
-      took_ms: Date.now() - generation.startedAt,
+    const tookMs = Math.round(this.#clock.now() - generation.startedAt);
+    this.#finished(generation, 'success', undefined, `hot restart done: generation ${generation.number} serves (in ${tookMs} ms); generation ${old.number} drains`, {
+      took_ms: tookMs,
       from_generation: old.number,
     });
   }
@@ -168,8 +185,7 @@ export class Keeper {
   #relay(old: Generation, next: Generation, handed: HandedSocket, server: Server): void {
     (server as Server & { pauseOnConnect: boolean }).pauseOnConnect = true;
     server.on('connection', (socket: Socket) => {
-      const handle = detachHandle(socket);
-      if (handle && !this.#send(old, { type: 'connection', bound: handed.bound }, handle)) closeHandle(handle);
+      if (!old.handoff.pass(socket, handed.bound)) socket.destroy();
     });
     // Closed once the new generation has it (the message, with its handle, was written).
     if (!this.#send(next, { type: 'socket', handed }, server, () => server.close())) server.close();
@@ -178,7 +194,8 @@ export class Keeper {
   /** A connection a generation that gives up had accepted (a bare handle, unread): for the one serving. */
   #handBack(from: Generation, bound: string, handle: object): void {
     const to = this.#current;
-    if (!to || to === from || to.state !== 'serving' || !this.#send(to, { type: 'connection', bound }, handle)) closeHandle(handle);
+    const socket = adoptHandle(handle);
+    if (!to || to === from || to.state !== 'serving' || !to.handoff.pass(socket, bound)) socket.destroy();
   }
 
   /** SIGTERM / SIGINT: every generation drains (a second signal is passed on too: it forces). */
@@ -194,8 +211,8 @@ export class Keeper {
   #abort(generation: Generation): void {
     if (generation.state === 'exited') return;
     // One that has not said hello yet (still loading its config) holds nothing: it is ended outright.
-    if (!generation.hello || !this.#send(generation, { type: 'abort' })) generation.child.kill('SIGKILL');
-    setTimeout(() => generation.child.kill('SIGKILL'), KILL_AFTER_MS).unref();
+    if (!generation.channel.hello || !this.#send(generation, { type: 'abort' })) generation.child.kill('SIGKILL');
+    this.#clock.after(KILL_AFTER_MS, () => generation.child.kill('SIGKILL'));
   }
 
   #spawn(): Generation {
@@ -209,23 +226,32 @@ export class Keeper {
       detached: true,
     });
     let resolveExit!: (code: number) => void;
+    const channel = new ProcessChannel<ToGeneration, FromGeneration>(childTransport(child), { holdUntilHello: true, clock: this.#clock });
     const generation: Generation = {
       number,
       child,
+      channel,
+      // A connection the generation refused, or did not confirm before it was gone, is closed (as it
+      // was accepted by the generation's socket, it is no other's).
+      handoff: channel.handoff<string>({
+        message: (id, bound) => ({ type: 'connection', bound, handoff: id }),
+        taken: 'connection_taken',
+        refused: 'connection_refused',
+        back: (returned) => returned.socket.destroy(),
+      }),
       state: 'starting',
-      hello: false,
-      startedAt: Date.now(),
+      startedAt: this.#clock.now(),
       exited: new Promise<number>((resolve) => (resolveExit = resolve)),
       heir: undefined,
     };
     this.#generations.add(generation);
-    child.on('message', (message: unknown, handle: unknown) => {
-      if (!isHotRestartMessage<FromGeneration>(message)) return;
-      if (message.type === 'hello') generation.hello = true;
-      else if (message.type === 'restart') this.restart(message.trigger);
-      else if (message.type === 'connection_back' && handle) this.#handBack(generation, message.bound, handle);
-      // In order after the `state` that carried the counters: the heir applies them after its snapshot.
-      else if (message.type === 'limits' && generation.heir && generation.heir.state !== 'exited') this.#send(generation.heir, message);
+    channel.on('restart', (message) => this.restart(message.trigger));
+    channel.on('connection_back', (message, handle) => {
+      if (handle) this.#handBack(generation, message.bound, handle);
+    });
+    // In order after the `state` that carried the counters: the heir applies them after its snapshot.
+    channel.on('limits', (message) => {
+      if (generation.heir && generation.heir.state !== 'exited') this.#send(generation.heir, message);
     });
     child.on('error', () => {});
     child.on('exit', (code, signal) => {
@@ -249,20 +275,8 @@ export class Keeper {
     return generation;
   }
 
-  #send(generation: Generation, message: ToGeneration, handle?: Server | object, callback?: () => void): boolean {
-    const child = generation.child;
-    if (!child.connected) return false;
-    try {
-      if (handle) child.send(message, handle as Server, callback ? () => callback() : undefined);
-      else child.send(message);
-      return true;
-    } catch {
-      return false;
-    }
+  /** False when it cannot be sent (the generation is gone); `written` is called only when it could. */
+  #send(generation: Generation, message: ToGeneration, handle?: Server | object, written?: () => void): boolean {
+    return generation.channel.send(message, handle, written);
   }
-}
-
-/** A bare connection handle nobody can take. */
-function closeHandle(handle: object): void {
-  (handle as { close?: () => void }).close?.();
 }

@@ -40,8 +40,13 @@ export type ToGeneration =
   | { type: 'sockets_done' }
   /** Hand your listening sockets over (answer with `state`, each `socket`, then `sockets_done`). */
   | { type: 'hand_over' }
-  /** A connection the keeper accepted on your socket `bound` while passing the sockets on (the handle). */
-  | { type: 'connection'; bound: string }
+  /**
+   * A connection for your socket `bound` (the handle): one the keeper accepted on it while passing
+   * the sockets on, or one a generation that gave up handed back. It stays the keeper's until you
+   * answer `connection_taken` or `connection_refused` with the same `handoff`
+   * (process-channel/handoff.ts); none from a keeper older than this field: nothing to answer.
+   */
+  | { type: 'connection'; bound: string; handoff?: number }
   /** The next generation serves: stop accepting and drain (E7), bounded by parent_shutdown_secs. */
   | { type: 'retire' }
   /**
@@ -68,8 +73,8 @@ export type FromGeneration =
   /** Start a hot restart (the admin API reached this generation). */
   | { type: 'restart'; trigger: string }
   /** A connection this generation accepted but will not serve (it is giving up before serving): for the one serving. */
-  | { type: 'connection_back'; bound: string };
-
-export function isHotRestartMessage<T extends { type: string }>(value: unknown): value is T {
-  return typeof value === 'object' && value !== null && typeof (value as { type?: unknown }).type === 'string';
-}
+  | { type: 'connection_back'; bound: string }
+  /** The connection `handoff` is this generation's now (sent before it reads a byte of it). */
+  | { type: 'connection_taken'; handoff: number }
+  /** The connection `handoff` is not (no socket of this generation listens at its `bound`): the keeper closes it. */
+  | { type: 'connection_refused'; handoff: number };

@@ -47,6 +47,11 @@ export interface DrainOptions {
    * socket is still open in the next generation, and a client may be reusing the connection.
    */
   keepIdleSecs?: number;
+  /**
+   * A forced end (L8) after this long, with this reason, whatever the settings' max_drain_secs
+   * (E7: a retiring generation's `shutdown.parent_shutdown_secs`). A drain in progress takes it too.
+   */
+  forceAfter?: { secs: number; reason: string };
 }
 
 /** Something in flight that can be ended with an explicit error when the drain is forced (L8). */

@@ -48,6 +48,7 @@ export class DrainRun {
   readonly #windowSecs: number;
   #windowElapsed = false;
   readonly #moments = new DrainMoments();
+  readonly #forceAfter: DrainOptions['forceAfter'];
 
   constructor(needs: DrainRunNeeds, trigger: string, options: DrainOptions) {
     this.#needs = needs;
@@ -62,6 +63,7 @@ export class DrainRun {
       keepIdleSecs: options.keepIdleSecs ?? 0,
     };
     this.#windowSecs = graceful ? (options.windowSecs ?? needs.settings().minDrainSecs) : 0;
+    this.#forceAfter = options.forceAfter;
   }
 
   /** Sets the drain going (the Lifecycle is in its `draining` state by now). */
@@ -102,10 +104,19 @@ export class DrainRun {
     });
     if (plan.graceful) needs.retirement.scheduleProactiveDrain(plan.startedAt, settings.drainTimeSecs * 1000, (listener) => this.covers(listener));
     if (settings.maxDrainSecs > 0 && plan.exit) needs.timers.after(settings.maxDrainSecs * 1000, () => needs.force('max_drain_secs'));
+    if (this.#forceAfter) this.forceAfter(this.#forceAfter);
   }
 
-  /** A later drain command can only widen this one (to every listener, or to exiting), never narrow it. */
-  widen(trigger: string, inboundOnly: boolean, exit: boolean): void {
+  /** DrainOptions.forceAfter: a forced end after `secs`, besides max_drain_secs. */
+  forceAfter({ secs, reason }: { secs: number; reason: string }): void {
+    this.#needs.timers.after(secs * 1000, () => this.#needs.force(reason));
+  }
+
+  /** A later drain command can only widen this one (to every listener, or to exiting), never narrow it; its `forceAfter` is added. */
+  widen(trigger: string, options: DrainOptions): void {
+    if (options.forceAfter) this.forceAfter(options.forceAfter);
+    const inboundOnly = options.inboundOnly ?? false;
+    const exit = options.exit ?? true;
     const plan = this.plan;
     const wider = (plan.inboundOnly && !inboundOnly) || (!plan.exit && exit);
     if (!wider) return;

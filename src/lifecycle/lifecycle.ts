@@ -216,7 +216,7 @@ export class Lifecycle implements ListenerLifecycle, RequestLifecycle, AdminLife
   drain(trigger: string, options: DrainOptions = {}): Promise<number> {
     if (this.#state !== 'exited') this.#hooks.commanded?.({ kind: 'drain', trigger, options });
     if (this.#run) {
-      this.#run.widen(trigger, options.inboundOnly ?? false, options.exit ?? true);
+      this.#run.widen(trigger, options);
       return this.#done;
     }
     this.#run = new DrainRun(this.#runNeeds, trigger, options);

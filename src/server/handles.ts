@@ -18,7 +18,7 @@ export function detachHandle(socket: Socket): object | undefined {
 /**
  * The bare handle of an accepted, unread connection, to send over IPC while this process keeps its
  * own copy open (node closes nothing it is handed bare): the connection stays this process's until
- * it closes the socket (see cluster/handoff.ts).
+ * it closes the socket (see process-channel/handoff.ts).
  */
 export function handleOf(socket: Socket): object | undefined {
   return (socket as unknown as { _handle: object | null })._handle ?? undefined;

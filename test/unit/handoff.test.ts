@@ -1,10 +1,10 @@
-// ConnectionHandoff (src/cluster/handoff.ts): a connection handed to another process stays the
+// ConnectionHandoff (src/process-channel/handoff.ts): a connection handed to another process stays the
 // sender's until the receiver confirms it; what the receiver refuses, never got, or did not confirm
 // before its channel closed is given back, unread and open.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Socket } from 'node:net';
-import { ConnectionHandoff, receiveHandoff, type Unconfirmed } from '../../src/cluster/handoff.ts';
+import { ConnectionHandoff, receiveHandoff, type Unconfirmed } from '../../src/process-channel/handoff.ts';
 
 /** A socket as the handoff sees it: a handle to send, and a copy that can be closed. */
 function fakeSocket(name: string): Socket & { name: string } {

@@ -670,6 +670,45 @@ describe('L8 forced drain', () => {
     assert.equal(t.lifecycle.state, 'draining');
   });
 
+  test('E7: a drain given forceAfter is forced at that deadline with its reason, max_drain_secs or not', async () => {
+    const t = setup({ minDrainSecs: 5, maxDrainSecs: 0 });
+    t.active();
+    const stream = new FakeStream();
+    t.lifecycle.trackForceEndable(stream);
+    const done = watch(t.lifecycle.drain('hot_restart', { graceful: false, forceAfter: { secs: 30, reason: 'shutdown.parent_shutdown_secs' } }));
+    t.clock.advance(29_999);
+    assert.deepEqual(stream.reasons, []);
+    assert.equal(t.lifecycle.state, 'draining');
+    t.clock.advance(1);
+    assert.deepEqual(stream.reasons, ['shutdown.parent_shutdown_secs']);
+    assert.equal(t.lifecycle.forcedReason, 'shutdown.parent_shutdown_secs');
+    t.advanceSecs(1);
+    await settle();
+    assert.equal(done.value, 1);
+  });
+
+  test('E7: a drain in progress takes a later forceAfter; the earlier deadline still holds', () => {
+    const t = setup({ minDrainSecs: 5, maxDrainSecs: 60 });
+    t.active();
+    const stream = new FakeStream();
+    t.lifecycle.trackForceEndable(stream);
+    void t.lifecycle.drain('SIGTERM');
+    t.advanceSecs(10);
+    void t.lifecycle.drain('hot_restart', { forceAfter: { secs: 20, reason: 'shutdown.parent_shutdown_secs' } });
+    t.clock.advance(19_999);
+    assert.deepEqual(stream.reasons, []);
+    t.clock.advance(1);
+    assert.deepEqual(stream.reasons, ['shutdown.parent_shutdown_secs']);
+    const late = setup({ minDrainSecs: 5, maxDrainSecs: 60 });
+    late.active();
+    const other = new FakeStream();
+    late.lifecycle.trackForceEndable(other);
+    void late.lifecycle.drain('SIGTERM');
+    void late.lifecycle.drain('hot_restart', { forceAfter: { secs: 120, reason: 'shutdown.parent_shutdown_secs' } });
+    late.advanceSecs(60);
+    assert.deepEqual(other.reasons, ['max_drain_secs'], 'the settings\' deadline, when it comes first');
+  });
+
   test('L8: a second force() is ignored', () => {
     const t = setup();
     t.active();
