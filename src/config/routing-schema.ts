@@ -5,10 +5,19 @@ import { fromEnv, milliseconds, name, positiveMilliseconds, positiveSeconds } fr
 
 export const providerSchema = z.strictObject({
   name,
-  type: z.enum(['openai', 'anthropic', 'echo']),
+  type: z.enum(['openai', 'anthropic', 'azure_openai', 'echo']),
+  /** azure_openai: the resource's endpoint (`https://NAME.openai.azure.com`). */
   base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).optional(),
   api_key: z.string().optional(),
   anthropic_version: z.string().default('2023-06-01'),
+  /**
+   * azure_openai: the data-plane API version; with one, requests go to the deployment
+   * (`/openai/deployments/{model}/…?api-version=…`); without, to the v1 API (`/openai/v1/…`).
+   */
+  api_version: z
+    .string()
+    .regex(/^\d{4}-\d{2}-\d{2}(-preview)?$/, 'expected an Azure OpenAI API version such as 2024-10-21 or 2025-04-01-preview (leave it out for the v1 API)')
+    .optional(),
   /** Extra headers sent upstream on every request (for example an organization id). */
   headers: z.record(z.string(), z.string()).default({}),
 });
@@ -26,6 +35,7 @@ export const FAILURE_CLASSES = [
   'server_error',
   'stream_error',
   'context_length',
+  'content_filter',
   'client_error',
 ] as const;
 export type FailureClass = (typeof FAILURE_CLASSES)[number];

@@ -140,6 +140,12 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     if (p?.type === 'echo' && p.base_url !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: 'an echo provider answers locally and takes no base_url' });
     }
+    if (p?.type === 'azure_openai' && p.base_url === undefined) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: "required for azure_openai: the resource's endpoint, such as https://NAME.openai.azure.com" });
+    }
+    if (p?.type !== 'azure_openai' && p?.api_version !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, 'api_version'], message: 'api_version is for azure_openai providers only' });
+    }
   });
   const downstream = config.downstream as Record<string, unknown> | undefined;
   const headers = downstream?.headers_timeout_secs;

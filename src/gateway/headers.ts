@@ -17,6 +17,8 @@ const NOT_FORWARDED_UPSTREAM = new Set([
   'host',
   'authorization',
   'x-api-key',
+  // Azure OpenAI's key header: a client's is never passed on.
+  'api-key',
   'content-length',
   'content-type',
   'accept-encoding',

@@ -24,7 +24,7 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
     let body = bytes;
     let parsed = json;
     // Usage of every OpenAI chat and completions stream is asked for (limits, spend) and hidden again if the client did not ask.
-    const asked = (endpoint === 'chat' || endpoint === 'completions') && provider.type !== 'anthropic' ? withStreamUsage(json) : undefined;
+    const asked = (endpoint === 'chat' || endpoint === 'completions') && provider.api !== 'anthropic' ? withStreamUsage(json) : undefined;
     if (upstreamModel !== json.model || asked) {
       parsed = { ...(asked ?? json), model: upstreamModel };
       try {
@@ -35,7 +35,7 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
     }
     prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: [], stripUsage: asked !== undefined };
   } else {
-    const translation = translationFor(endpoint, provider.type, json);
+    const translation = translationFor(endpoint, provider.api, json);
     if (!translation || !provider.supports(translation.translator.to)) {
       prepared = errors.unsupportedEndpoint(json.model as string, provider.name, provider.type, path);
     } else {
@@ -43,7 +43,7 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
         const out = translation.translator.request(json, upstreamModel);
         const body = Buffer.from(JSON.stringify(out.body));
         // The client's own API headers (anthropic-version, anthropic-beta; openai-beta) mean nothing to the other API.
-        const foreign = provider.type === 'anthropic' ? 'openai-' : 'anthropic-';
+        const foreign = provider.api === 'anthropic' ? 'openai-' : 'anthropic-';
         const translatedHeaders = Object.fromEntries(Object.entries(base.headers).filter(([name]) => !name.startsWith(foreign)));
         prepared = {
           target,

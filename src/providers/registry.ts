@@ -4,6 +4,7 @@ import type { Config } from '../config/schema.ts';
 import type { Provider } from './types.ts';
 import { OpenAIProvider } from './openai/adapter.ts';
 import { AnthropicProvider } from './anthropic/adapter.ts';
+import { AzureOpenAIProvider } from './azure-openai/adapter.ts';
 import { EchoProvider } from './echo/adapter.ts';
 
 /**
@@ -25,6 +26,9 @@ export function createProviders(config: Config, previous?: { config: Config; pro
         break;
       case 'anthropic':
         providers.set(provider.name, new AnthropicProvider(provider, config.upstream));
+        break;
+      case 'azure_openai':
+        providers.set(provider.name, new AzureOpenAIProvider(provider, config.upstream));
         break;
       case 'echo':
         providers.set(provider.name, new EchoProvider(provider.name));

@@ -4,7 +4,10 @@ import type { Dispatcher } from 'undici';
 
 export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';
 
-export type ProviderType = 'openai' | 'anthropic' | 'echo';
+export type ProviderType = 'openai' | 'anthropic' | 'azure_openai' | 'echo';
+
+/** The API a provider speaks, which decides the translations its requests need (`local`: it answers every API itself). */
+export type ProviderApi = 'openai' | 'anthropic' | 'local';
 
 export interface ProviderRequest {
   readonly endpoint: Endpoint;
@@ -24,6 +27,7 @@ export type DispatchController = Dispatcher.DispatchController;
 export interface Provider {
   readonly name: string;
   readonly type: ProviderType;
+  readonly api: ProviderApi;
   /** Where it sends requests (scheme://host:port), for traces; none when it answers locally. */
   readonly origin?: string | undefined;
   supports(endpoint: Endpoint): boolean;

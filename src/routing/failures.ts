@@ -24,10 +24,14 @@ export function transportFailure(error: unknown): FailureClass {
 /** Phrases providers use for a prompt longer than the model takes. */
 const CONTEXT_LENGTH = /context[_ ]length|context window|maximum context|prompt is too long|too many tokens|input is too long/i;
 
+/** The error codes of a prompt refused by a provider's content filter (Azure OpenAI's, OpenAI's). */
+const CONTENT_FILTER = /"code"\s*:\s*"(content_filter|content_policy_violation)"/;
+
 /** An HTTP status (and its error body, as text) as a failure class. */
 export function statusFailure(status: number, body: string): FailureClass {
   if (status === 429) return 'rate_limited';
   if (status >= 500) return 'server_error';
+  if (status === 400 && CONTENT_FILTER.test(body)) return 'content_filter';
   if ((status === 400 || status === 413) && CONTEXT_LENGTH.test(body)) return 'context_length';
   return 'client_error';
 }
@@ -39,10 +43,10 @@ export function listed(list: readonly (FailureClass | number)[], failure: Failur
 
 /**
  * Failures that say nothing about the target's health: the client's own mistakes (a 4xx other
- * than 429 and 408) do not count toward a cooldown.
+ * than 429 and 408), a prompt too long or refused by the content filter, do not count toward a cooldown.
  */
 export function countsAgainstTarget(failure: FailureClass): boolean {
-  return failure !== 'client_error' && failure !== 'context_length';
+  return failure !== 'client_error' && failure !== 'context_length' && failure !== 'content_filter';
 }
 
 /** `Retry-After` (seconds, or an HTTP date), or OpenAI's `retry-after-ms`, in ms; undefined when absent or unreadable. */

@@ -95,7 +95,7 @@ export class Metrics {
     const { requests, inFlight, tokens, attempts, retries } = this;
     new Counter({
       name: 'sluice_upstream_attempts_total',
-      help: 'Upstream attempts by target (provider, model) and outcome: success, or the failure class (connect, reset, timeout, first_token_timeout, rate_limited, server_error, stream_error, context_length, client_error).',
+      help: 'Upstream attempts by target (provider, model) and outcome: success, or the failure class (connect, reset, timeout, first_token_timeout, rate_limited, server_error, stream_error, context_length, content_filter, client_error).',
       labelNames: ['provider', 'model', 'outcome'],
       registers,
       collect() {

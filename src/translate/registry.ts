@@ -1,5 +1,5 @@
 // Which translation serves a client's endpoint on a provider that does not speak it.
-import type { Endpoint, ProviderType } from '../providers/types.ts';
+import type { Endpoint, ProviderApi } from '../providers/types.ts';
 import type { Json, StreamTranslator, Translator } from './types.ts';
 import { chatStreamTranslator, chatToMessages } from './chat-to-messages.ts';
 import { messagesToChat } from './messages-to-chat.ts';
@@ -12,17 +12,17 @@ export interface Translation {
 }
 
 /**
- * The translation from `endpoint` to what a provider of `type` serves, or undefined when there is
- * none (an embeddings request to an Anthropic provider).
+ * The translation from `endpoint` to what a provider speaking `api` serves, or undefined when there
+ * is none (an embeddings request to an Anthropic provider).
  */
-export function translationFor(endpoint: Endpoint, type: ProviderType, body: Json): Translation | undefined {
-  if (type === 'anthropic') {
+export function translationFor(endpoint: Endpoint, api: ProviderApi, body: Json): Translation | undefined {
+  if (api === 'anthropic') {
     if (endpoint === 'chat') {
       const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
       return { translator: chatToMessages, stream: () => chatStreamTranslator(includeUsage) };
     }
     if (endpoint === 'responses') return { translator: responsesToMessages, stream: () => responsesToMessages.stream() };
   }
-  if (type === 'openai' && endpoint === 'messages') return { translator: messagesToChat, stream: () => messagesToChat.stream() };
+  if (api === 'openai' && endpoint === 'messages') return { translator: messagesToChat, stream: () => messagesToChat.stream() };
   return undefined;
 }

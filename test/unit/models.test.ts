@@ -11,6 +11,7 @@ function fakeProvider(name: string, answer: () => Promise<UpstreamModel[]>): Pro
   const provider = {
     name,
     type: 'openai' as const,
+    api: 'openai' as const,
     calls: 0,
     supports: () => true,
     dispatch: () => {},

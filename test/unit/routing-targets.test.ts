@@ -6,7 +6,7 @@ import { describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Balancer, type BalancedTarget, type Strategy } from '../../src/routing/balancer.ts';
 import { TargetState, TargetStates, type CooldownSettings } from '../../src/routing/targets.ts';
-import { backoffMs, listed, retryAfterMs, statusFailure, transportFailure } from '../../src/routing/failures.ts';
+import { backoffMs, countsAgainstTarget, listed, retryAfterMs, statusFailure, transportFailure } from '../../src/routing/failures.ts';
 import { RetryBudget } from '../../src/routing/retry-budget.ts';
 import { FirstContentWatch, type Watched } from '../../src/gateway/first-content.ts';
 import { SseParser, formatSse, type SseEvent } from '../../src/translate/sse.ts';
@@ -562,6 +562,13 @@ describe('failure classes', () => {
     assert.equal(statusFailure(400, anthropic), 'context_length');
     assert.equal(statusFailure(413, anthropic), 'context_length');
     assert.equal(statusFailure(400, '{"error":{"message":"Invalid value for temperature"}}'), 'client_error');
+    // Azure OpenAI's content filter (as Azure sends it) and OpenAI's.
+    const azure = JSON.stringify({ error: { message: "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", type: null, param: 'prompt', code: 'content_filter', status: 400, innererror: { code: 'ResponsibleAIPolicyViolation' } } });
+    assert.equal(statusFailure(400, azure), 'content_filter');
+    assert.equal(statusFailure(400, '{"error":{"code":"content_policy_violation","message":"Your request was rejected"}}'), 'content_filter');
+    assert.equal(statusFailure(403, azure), 'client_error', 'only a 400 says content filter');
+    assert.equal(statusFailure(400, '{"error":{"message":"the content_filter field is not allowed"}}'), 'client_error', 'the code, not a word in the message');
+    assert.equal(countsAgainstTarget('content_filter'), false);
     assert.equal(statusFailure(422, openai), 'client_error', 'only 400 and 413 say context length');
     for (const status of [400, 401, 403, 404, 408, 409, 422]) assert.equal(statusFailure(status, 'nope'), 'client_error', String(status));
     // 5xx wins whatever the body says.

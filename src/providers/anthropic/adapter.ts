@@ -1,32 +1,26 @@
 // Anthropic's native Messages API: `x-api-key` + `anthropic-version`. The base URL is the one the
 // Anthropic SDK takes (no /v1); one that already ends in /v1 is accepted too.
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, Provider, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
-import { UpstreamPool } from '../upstream-pool.ts';
+import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import { PooledProvider } from '../pooled-provider.ts';
 
 export const ANTHROPIC_DEFAULT_BASE_URL = 'https://api.anthropic.com';
 
 /** Pages of Anthropic's model list read at most. */
 const MAX_PAGES = 10;
 
-export class AnthropicProvider implements Provider {
+export class AnthropicProvider extends PooledProvider {
   readonly type = 'anthropic';
-  readonly name: string;
-  readonly pool: UpstreamPool;
+  readonly api = 'anthropic';
   readonly #credentials: Record<string, string>;
   /** `/v1` when the base URL does not already end in it. */
   readonly #version: string;
 
   constructor(config: ProviderConfig, upstream: UpstreamConfig) {
-    this.name = config.name;
-    this.pool = new UpstreamPool(config.base_url ?? ANTHROPIC_DEFAULT_BASE_URL, upstream);
+    super(config.name, config.base_url ?? ANTHROPIC_DEFAULT_BASE_URL, upstream);
     this.#version = this.pool.basePath.endsWith('/v1') ? '' : '/v1';
     this.#credentials = { ...config.headers, 'anthropic-version': config.anthropic_version };
     if (config.api_key) this.#credentials['x-api-key'] = config.api_key;
-  }
-
-  get origin(): string {
-    return this.pool.origin;
   }
 
   supports(endpoint: Endpoint): boolean {
@@ -68,13 +62,5 @@ export class AnthropicProvider implements Provider {
       after = answer.last_id;
     }
     return models;
-  }
-
-  close(): Promise<void> {
-    return this.pool.close();
-  }
-
-  destroy(): Promise<void> {
-    return this.pool.destroy();
   }
 }

@@ -27,6 +27,7 @@ class LocalController implements DispatchController {
 
 export class EchoProvider implements Provider {
   readonly type = 'echo';
+  readonly api = 'local';
   readonly name: string;
 
   constructor(name: string) {

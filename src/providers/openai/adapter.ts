@@ -1,7 +1,7 @@
 // Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1).
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, Provider, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
-import { UpstreamPool } from '../upstream-pool.ts';
+import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import { PooledProvider } from '../pooled-provider.ts';
 
 const PATHS: Partial<Record<Endpoint, string>> = {
   chat: '/chat/completions',
@@ -13,21 +13,15 @@ const PATHS: Partial<Record<Endpoint, string>> = {
 
 export const OPENAI_DEFAULT_BASE_URL = 'https://api.openai.com/v1';
 
-export class OpenAIProvider implements Provider {
+export class OpenAIProvider extends PooledProvider {
   readonly type = 'openai';
-  readonly name: string;
-  readonly pool: UpstreamPool;
+  readonly api = 'openai';
   readonly #credentials: Record<string, string>;
 
   constructor(config: ProviderConfig, upstream: UpstreamConfig) {
-    this.name = config.name;
-    this.pool = new UpstreamPool(config.base_url ?? OPENAI_DEFAULT_BASE_URL, upstream);
+    super(config.name, config.base_url ?? OPENAI_DEFAULT_BASE_URL, upstream);
     this.#credentials = { ...config.headers };
     if (config.api_key) this.#credentials.authorization = `Bearer ${config.api_key}`;
-  }
-
-  get origin(): string {
-    return this.pool.origin;
   }
 
   supports(endpoint: Endpoint): boolean {
@@ -40,15 +34,7 @@ export class OpenAIProvider implements Provider {
 
   /** `GET {base_url}/models`: `{ data: [{ id, created }] }`. */
   async listModels(signal: AbortSignal): Promise<UpstreamModel[]> {
-    const answer = (await this.pool.getJson('/models', this.#credentials, signal)) as { data?: unknown } | null;
-    if (!Array.isArray(answer?.data)) throw new Error('answer has no "data" list');
-    const models: UpstreamModel[] = [];
-    for (const item of answer.data as { id?: unknown; created?: unknown }[]) {
-      if (typeof item?.id !== 'string' || item.id === '') continue;
-      const created = typeof item.created === 'number' && Number.isFinite(item.created) && item.created >= 0 ? Math.floor(item.created) : 0;
-      models.push({ id: item.id, created, displayName: undefined });
-    }
-    return models;
+    return openaiModelList(await this.pool.getJson('/models', this.#credentials, signal));
   }
 
   realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
@@ -57,12 +43,18 @@ export class OpenAIProvider implements Provider {
     url.search = query.toString();
     return { url: url.toString(), headers: this.#credentials };
   }
+}
 
-  close(): Promise<void> {
-    return this.pool.close();
+/** An OpenAI-shaped model list (`{ data: [{ id, created }] }`; Azure's resource list says `created_at`). */
+export function openaiModelList(answer: unknown): UpstreamModel[] {
+  const list = (answer as { data?: unknown } | null)?.data;
+  if (!Array.isArray(list)) throw new Error('answer has no "data" list');
+  const models: UpstreamModel[] = [];
+  for (const item of list as { id?: unknown; created?: unknown; created_at?: unknown }[]) {
+    if (typeof item?.id !== 'string' || item.id === '') continue;
+    const when = item.created ?? item.created_at;
+    const created = typeof when === 'number' && Number.isFinite(when) && when >= 0 ? Math.floor(when) : 0;
+    models.push({ id: item.id, created, displayName: undefined });
   }
-
-  destroy(): Promise<void> {
-    return this.pool.destroy();
-  }
+  return models;
 }

@@ -1,0 +1,70 @@
+// Azure OpenAI: OpenAI's API served by an Azure resource. With `api_version`, a request goes to
+// its deployment (`/openai/deployments/{model}/…?api-version=…`: a target's model is the
+// deployment's name); without, to the v1 API (`/openai/v1/…`, the deployment named in the body).
+// The key goes in the `api-key` header.
+import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
+import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import { PooledProvider } from '../pooled-provider.ts';
+import { openaiModelList } from '../openai/adapter.ts';
+
+/** What each endpoint is called under a deployment, and in the v1 API. */
+const OPERATIONS: Partial<Record<Endpoint, string>> = {
+  chat: '/chat/completions',
+  completions: '/completions',
+  embeddings: '/embeddings',
+  responses: '/responses',
+};
+
+export class AzureOpenAIProvider extends PooledProvider {
+  readonly type = 'azure_openai';
+  readonly api = 'openai';
+  readonly #credentials: Record<string, string>;
+  /** The data-plane API version (deployment paths), or undefined: the v1 API. */
+  readonly #version: string | undefined;
+
+  constructor(config: ProviderConfig, upstream: UpstreamConfig) {
+    super(config.name, config.base_url!, upstream);
+    this.#version = config.api_version;
+    this.#credentials = { ...config.headers };
+    if (config.api_key) this.#credentials['api-key'] = config.api_key;
+  }
+
+  supports(endpoint: Endpoint): boolean {
+    return OPERATIONS[endpoint] !== undefined || endpoint === 'realtime';
+  }
+
+  dispatch(request: ProviderRequest, handler: ResponseHandler): void {
+    this.pool.send(this.#path(request.endpoint, request.json.model), request, this.#credentials, handler);
+  }
+
+  /** Where an endpoint's request goes; `model` is the deployment. */
+  #path(endpoint: Endpoint, model: unknown): string {
+    const operation = OPERATIONS[endpoint]!;
+    if (this.#version === undefined) return `/openai/v1${operation}`;
+    const version = `api-version=${encodeURIComponent(this.#version)}`;
+    // The Responses API names its deployment in the body, under a path of its own.
+    if (endpoint === 'responses') return `/openai/responses?${version}`;
+    return `/openai/deployments/${encodeURIComponent(String(model))}${operation}?${version}`;
+  }
+
+  /** v1: `GET /openai/v1/models`; with an API version, the resource's models (`GET /openai/models`). */
+  async listModels(signal: AbortSignal): Promise<UpstreamModel[]> {
+    const path = this.#version === undefined ? '/openai/v1/models' : `/openai/models?api-version=${encodeURIComponent(this.#version)}`;
+    return openaiModelList(await this.pool.getJson(path, this.#credentials, signal));
+  }
+
+  /** The realtime API: the deployment is the client's `model`. */
+  realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
+    const url = new URL(`${this.pool.origin}${this.pool.basePath}${this.#version === undefined ? '/openai/v1/realtime' : '/openai/realtime'}`);
+    url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
+    const params = new URLSearchParams(query);
+    if (this.#version !== undefined) {
+      params.set('api-version', this.#version);
+      const model = params.get('model');
+      params.delete('model');
+      if (model !== null) params.set('deployment', model);
+    }
+    url.search = params.toString();
+    return { url: url.toString(), headers: this.#credentials };
+  }
+}
