@@ -3,9 +3,20 @@
 import { z } from 'zod';
 import { fromEnv, milliseconds, name, positiveMilliseconds, positiveSeconds } from './value-schemas.ts';
 
+/** OpenAI-compatible servers an `openai` provider can name as its `preset` (providers/openai/presets.ts). */
+export const OPENAI_PRESETS = ['ollama', 'vllm', 'lmstudio', 'llamacpp', 'groq', 'mistral', 'deepseek', 'together', 'fireworks', 'openrouter', 'xai'] as const;
+export type OpenAIPreset = (typeof OPENAI_PRESETS)[number];
+/** The hosted ones: their APIs refuse a request without a key (the local servers need none by default). */
+export const PRESETS_NEEDING_A_KEY: ReadonlySet<OpenAIPreset> = new Set(['groq', 'mistral', 'deepseek', 'together', 'fireworks', 'openrouter', 'xai']);
+
 export const providerSchema = z.strictObject({
   name,
   type: z.enum(['openai', 'anthropic', 'azure_openai', 'echo']),
+  /**
+   * openai: an OpenAI-compatible server: its default base_url, and the request parameters it
+   * refuses or names otherwise (dropped or renamed).
+   */
+  preset: z.enum(OPENAI_PRESETS).optional(),
   /** azure_openai: the resource's endpoint (`https://NAME.openai.azure.com`). */
   base_url: z.url({ protocol: /^https?$/, error: 'expected an http:// or https:// URL' }).optional(),
   api_key: z.string().optional(),

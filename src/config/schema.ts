@@ -7,12 +7,12 @@ import { etcdSchema, snapshotSchema } from './etcd-schema.ts';
 import { clientKeySchema, limitsSchema, priceSchema } from './keys-and-limits-schema.ts';
 import { downstreamSchema, isLoopback, listenerSchema, parseAddress } from './listener-schema.ts';
 import { hotRestartSchema, logSchema, reloadSchema, shutdownSchema, tracingSchema, workersRecycleSchema, workersSchema } from './process-schema.ts';
-import { modelSchema, providerSchema, routingSchema, upstreamSchema } from './routing-schema.ts';
+import { modelSchema, PRESETS_NEEDING_A_KEY, providerSchema, routingSchema, upstreamSchema, type OpenAIPreset } from './routing-schema.ts';
 
 export { namedKeySchema, rateLimitsSchema, type BudgetConfig, type LimitsConfig, type PriceConfig, type RateLimits } from './keys-and-limits-schema.ts';
 export { isLoopback, parseAddress, type SocketAddress } from './listener-schema.ts';
 export type { TracingConfig } from './process-schema.ts';
-export { DEFAULT_ROUTE_RETRY, FAILURE_CLASSES, modelSchema, modelTargets, providerSchema, targetSchema, type FailureClass, type RouteRetryConfig, type TargetConfig } from './routing-schema.ts';
+export { DEFAULT_ROUTE_RETRY, FAILURE_CLASSES, OPENAI_PRESETS, modelSchema, modelTargets, providerSchema, targetSchema, type FailureClass, type OpenAIPreset, type RouteRetryConfig, type TargetConfig } from './routing-schema.ts';
 export { MAX_DURATION_MS, MAX_DURATION_SECS } from './value-schemas.ts';
 
 export const configSchema = z
@@ -142,6 +142,13 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     }
     if (p?.type === 'azure_openai' && p.base_url === undefined) {
       ctx.addIssue({ code: 'custom', path: ['providers', index, 'base_url'], message: "required for azure_openai: the resource's endpoint, such as https://NAME.openai.azure.com" });
+    }
+    if (p?.type !== 'openai' && p?.preset !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, 'preset'], message: 'preset is for openai providers only (an OpenAI-compatible server)' });
+    }
+    const hasKey = typeof p?.api_key === 'string' || Object.keys((p?.headers as object | undefined) ?? {}).some((h) => h.toLowerCase() === 'authorization');
+    if (p?.type === 'openai' && typeof p.preset === 'string' && PRESETS_NEEDING_A_KEY.has(p.preset as OpenAIPreset) && !hasKey) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, 'api_key'], message: `required: the ${p.preset} API refuses a request without a key` });
     }
     if (p?.type !== 'azure_openai' && p?.api_version !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['providers', index, 'api_version'], message: 'api_version is for azure_openai providers only' });

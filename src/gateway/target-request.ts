@@ -23,17 +23,20 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
   if (provider.supports(endpoint)) {
     let body = bytes;
     let parsed = json;
-    // Usage of every OpenAI chat and completions stream is asked for (limits, spend) and hidden again if the client did not ask.
-    const asked = (endpoint === 'chat' || endpoint === 'completions') && provider.api !== 'anthropic' ? withStreamUsage(json) : undefined;
-    if (upstreamModel !== json.model || asked) {
-      parsed = { ...(asked ?? json), model: upstreamModel };
+    const rules = provider.parameters;
+    // Usage of every OpenAI chat and completions stream is asked for (limits, spend) and hidden
+    // again if the client did not ask; not of a server that refuses the question (then estimated).
+    const asked = (endpoint === 'chat' || endpoint === 'completions') && provider.api !== 'anthropic' && rules?.streamUsage !== false ? withStreamUsage(json) : undefined;
+    const adapted = rules?.adapt(endpoint, asked ?? json);
+    if (upstreamModel !== json.model || asked || adapted) {
+      parsed = { ...(adapted?.json ?? asked ?? json), model: upstreamModel };
       try {
         body = Buffer.from(JSON.stringify(parsed));
       } catch {
         return errors.tooDeep();
       }
     }
-    prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: [], stripUsage: asked !== undefined };
+    prepared = { target, index, provider, state, label, request: { ...base, endpoint, body, json: parsed }, translation: undefined, dropped: adapted?.dropped ?? [], stripUsage: asked !== undefined };
   } else {
     const translation = translationFor(endpoint, provider.api, json);
     if (!translation || !provider.supports(translation.translator.to)) {
@@ -41,7 +44,9 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
     } else {
       try {
         const out = translation.translator.request(json, upstreamModel);
-        const body = Buffer.from(JSON.stringify(out.body));
+        const adapted = provider.parameters?.adapt(translation.translator.to, out.body);
+        const upstream = adapted?.json ?? out.body;
+        const body = Buffer.from(JSON.stringify(upstream));
         // The client's own API headers (anthropic-version, anthropic-beta; openai-beta) mean nothing to the other API.
         const foreign = provider.api === 'anthropic' ? 'openai-' : 'anthropic-';
         const translatedHeaders = Object.fromEntries(Object.entries(base.headers).filter(([name]) => !name.startsWith(foreign)));
@@ -51,9 +56,10 @@ export function prepareTarget(request: RoutedRequest, index: number, made: Map<n
           provider,
           state,
           label,
-          request: { requestId: base.requestId, headers: translatedHeaders, endpoint: translation.translator.to, body, json: out.body },
+          request: { requestId: base.requestId, headers: translatedHeaders, endpoint: translation.translator.to, body, json: upstream },
           translation,
-          dropped: out.dropped,
+          // The translation's own stream_options (it asks for usage) is not the client's to hear of.
+          dropped: adapted ? [...out.dropped, ...adapted.dropped.filter((name) => name !== 'stream_options')] : out.dropped,
           stripUsage: false,
         };
       } catch (error) {

@@ -1,6 +1,7 @@
 // The seam between the gateway and the providers: a request in, undici's handler shape out. A
 // provider never sees sockets, `res`, or the lifecycle.
 import type { Dispatcher } from 'undici';
+import type { ParameterPolicy } from './parameter-policy.ts';
 
 export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';
 
@@ -31,6 +32,8 @@ export interface Provider {
   /** Where it sends requests (scheme://host:port), for traces; none when it answers locally. */
   readonly origin?: string | undefined;
   supports(endpoint: Endpoint): boolean;
+  /** What the server accepts of OpenAI's parameters (an OpenAI-compatible server's `preset`); none: everything. */
+  readonly parameters?: ParameterPolicy | undefined;
   /** Sends the request; the outcome arrives on `handler` (start, data, end, or error). */
   dispatch(request: ProviderRequest, handler: ResponseHandler): void;
   /** Where a realtime (WebSocket) session goes, for providers that serve one. */

@@ -331,6 +331,16 @@ describe('providers and models', () => {
     assert.match(problemAt(problems, 'providers[0].base_url').message, /echo/);
   });
 
+  test('azure_openai needs its endpoint; api_version and preset belong to their types; a hosted preset needs a key', () => {
+    assert.match(problemAt(problemsOf(`${PROXY}providers:\n  - { name: a, type: azure_openai }\n`), 'providers[0].base_url').message, /required for azure_openai/);
+    assert.match(problemAt(problemsOf(`${PROXY}providers:\n  - { name: a, type: openai, api_version: 2024-10-21 }\n`), 'providers[0].api_version').message, /azure_openai providers only/);
+    assert.match(problemAt(problemsOf(`${PROXY}providers:\n  - { name: a, type: azure_openai, base_url: "https://r.openai.azure.com", api_version: "24-10-21" }\n`), 'providers[0].api_version').message, /API version such as/);
+    assert.match(problemAt(problemsOf(`${PROXY}providers:\n  - { name: a, type: anthropic, preset: groq }\n`), 'providers[0].preset').message, /openai providers only/);
+    assert.match(problemAt(problemsOf(`${PROXY}providers:\n  - { name: g, type: openai, preset: groq }\n`), 'providers[0].api_key').message, /groq API refuses a request without a key/);
+    assert.equal(parseConfig(`${PROXY}providers:\n  - { name: g, type: openai, preset: groq, headers: { Authorization: "Bearer x" } }\n`, 'test.yaml', {}).providers[0]!.preset, 'groq');
+    assert.equal(parseConfig(`${PROXY}providers:\n  - { name: o, type: openai, preset: ollama }\n`, 'test.yaml', {}).providers[0]!.preset, 'ollama', 'a local server needs no key');
+  });
+
   test('upstream_model is carried through', () => {
     const config = parseConfig(`${PROXY}providers:\n  - { name: e, type: echo }\nmodels:\n  - { name: fast, provider: e, upstream_model: echo-1 }\n`, 'test.yaml', {});
     assert.deepEqual(config.models, [{ name: 'fast', provider: 'e', upstream_model: 'echo-1' }]);

@@ -1,7 +1,10 @@
-// Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1).
+// Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1); a
+// `preset` names a known server (its base URL, and what it accepts of OpenAI's parameters).
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
 import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
 import { PooledProvider } from '../pooled-provider.ts';
+import { ParameterPolicy } from '../parameter-policy.ts';
+import { PRESETS } from './presets.ts';
 
 const PATHS: Partial<Record<Endpoint, string>> = {
   chat: '/chat/completions',
@@ -17,9 +20,12 @@ export class OpenAIProvider extends PooledProvider {
   readonly type = 'openai';
   readonly api = 'openai';
   readonly #credentials: Record<string, string>;
+  readonly parameters: ParameterPolicy | undefined;
 
   constructor(config: ProviderConfig, upstream: UpstreamConfig) {
-    super(config.name, config.base_url ?? OPENAI_DEFAULT_BASE_URL, upstream);
+    const preset = config.preset === undefined ? undefined : PRESETS[config.preset];
+    super(config.name, config.base_url ?? preset?.baseUrl ?? OPENAI_DEFAULT_BASE_URL, upstream);
+    this.parameters = preset ? new ParameterPolicy(preset) : undefined;
     this.#credentials = { ...config.headers };
     if (config.api_key) this.#credentials.authorization = `Bearer ${config.api_key}`;
   }
