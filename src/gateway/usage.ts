@@ -1,6 +1,6 @@
 // Token usage read from responses: the JSON `usage` object, or the SSE events that carry it
-// (OpenAI: the last chunk when `stream_options.include_usage`; Anthropic: message_start and
-// message_delta; Responses API: response.completed). Only lines that mention "usage" (and not as
+// (OpenAI: the last chunk when `stream_options.include_usage`; Groq: its last chunk's `x_groq`;
+// Anthropic: message_start and message_delta; Responses API: response.completed). Only lines that mention "usage" (and not as
 // null) are parsed.
 import type { Usage } from '../api/usage.ts';
 
@@ -40,7 +40,8 @@ export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | 
   // Cached prompt tokens: OpenAI's prompt_tokens_details (input_tokens_details in the Responses API,
   // input_token_details, "token" singular, in a Realtime response.done), Anthropic's cache fields.
   const details = (u.prompt_tokens_details ?? u.input_tokens_details ?? u.input_token_details) as Json | undefined;
-  const cachedRead = num(u.cache_read_input_tokens) ?? (details !== null && typeof details === 'object' ? num(details.cached_tokens) : undefined);
+  // DeepSeek says prompt_cache_hit_tokens.
+  const cachedRead = num(u.cache_read_input_tokens) ?? (details !== null && typeof details === 'object' ? num(details.cached_tokens) : undefined) ?? num(u.prompt_cache_hit_tokens);
   if (cachedRead !== undefined) out.cached = cachedRead;
   const written = num(u.cache_creation_input_tokens);
   if (written !== undefined) out.cacheWrite = written;
@@ -128,7 +129,8 @@ export class SseUsageReader implements UsageReader {
       const event = JSON.parse(line.slice(5)) as Json;
       const message = event.message as Json | undefined;
       const response = event.response as Json | undefined;
-      const final = event.usage ?? response?.usage;
+      // Groq's streams carry their usage in `x_groq.usage` (they refuse stream_options).
+      const final = event.usage ?? response?.usage ?? (event.x_groq as Json | undefined)?.usage;
       this.#usage = withModel(readUsageFrom(final ?? message?.usage, this.#usage), event.model ?? message?.model ?? response?.model);
       if (final !== null && typeof final === 'object' && this.#usage !== undefined) this.final = true;
     } catch {

@@ -165,3 +165,22 @@ describe('SSE streams', () => {
     });
   }
 });
+
+describe('OpenAI-compatible servers', () => {
+  test("Groq: a stream's usage in its last chunk's x_groq is read, and final", () => {
+    const reader = new SseUsageReader();
+    const usage = feed(
+      reader,
+      sse({ id: 'g1', object: 'chat.completion.chunk', model: 'llama-3.3-70b', choices: [{ index: 0, delta: { content: 'hi' } }], x_groq: { id: 'req_1' } }),
+      sse({ id: 'g1', object: 'chat.completion.chunk', model: 'llama-3.3-70b', choices: [{ index: 0, delta: {}, finish_reason: 'stop' }], x_groq: { id: 'req_1', usage: { prompt_tokens: 21, completion_tokens: 4, total_tokens: 25 } } }),
+      sse('[DONE]'),
+    );
+    assert.deepEqual(usage, { prompt: 21, completion: 4, model: 'llama-3.3-70b' });
+    assert.equal(reader.final, true);
+  });
+
+  test("DeepSeek: prompt_cache_hit_tokens are the cached prompt tokens", () => {
+    assert.deepEqual(readUsageFrom({ prompt_tokens: 100, completion_tokens: 5, prompt_cache_hit_tokens: 64, prompt_cache_miss_tokens: 36 }, undefined), { prompt: 100, completion: 5, cached: 64 });
+    assert.deepEqual(readUsageFrom({ prompt_tokens: 10, completion_tokens: 5, prompt_tokens_details: { cached_tokens: 3 }, prompt_cache_hit_tokens: 9 }, undefined)?.cached, 3, "OpenAI's field wins where both are");
+  });
+});
