@@ -163,14 +163,14 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   async function prepareReload(full: Config, trigger: string): Promise<PreparedGatewayReload> {
     const change: ConfigChange = { full, own: supervision.own(full), trigger };
     const prepared = await transaction.prepare(change).catch((error: unknown) => {
-      reloadReport.failed((error as Error).message, { trigger, ...(error instanceof ReloadRefused ? error.fields : {}) });
+      reloadReport.failed(trigger, (error as Error).message, error instanceof ReloadRefused ? error.fields : {});
       throw error;
     });
     return {
       commit: () => {
         const outcome = prepared.commit();
         if (!outcome.ok) {
-          reloadReport.failed(outcome.reason, { trigger, ...outcome.fields });
+          reloadReport.failed(trigger, outcome.reason, outcome.fields);
           return false;
         }
         serving = full;

@@ -33,11 +33,10 @@ export class ReloadReport {
     this.#log.info({ event: 'config_reloaded', trigger, ...fields }, 'configuration reloaded');
   }
 
-  /** A valid config could not be applied: the previous one keeps serving. */
-  failed(reason: string, fields: object = {}): void {
-    const trigger = (fields as { trigger?: unknown }).trigger;
-    this.#count(typeof trigger === 'string' ? trigger : 'unknown', 'failure', reason);
-    this.#log.error({ event: 'config_reload_failed', reason, ...fields }, `applying the new configuration failed; the previous one keeps serving: ${reason}`);
+  /** A valid config could not be applied: the previous one keeps serving. `fields` go on the line. */
+  failed(trigger: string, reason: string, fields: object = {}): void {
+    this.#count(trigger, 'failure', reason);
+    this.#log.error({ event: 'config_reload_failed', reason, trigger, ...fields }, `applying the new configuration failed; the previous one keeps serving: ${reason}`);
   }
 
   /** A config that is not valid was refused (the caller logged its problems). */

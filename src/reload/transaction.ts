@@ -40,10 +40,11 @@ export class ReloadRefused extends Error {
 /** How a prepared reload ended. */
 export type ReloadOutcome =
   | { readonly ok: true }
-  /** Nothing changed: a part refused, or the process began draining before the commit. */
-  | { readonly ok: false; readonly reason: string; readonly fields: object }
-  /** The commit of some part threw (a bug): the other parts switched; the reload counts as failed. */
-  | { readonly ok: false; readonly reason: string; readonly fields: object; readonly partial: true };
+  /**
+   * Nothing changed (a part refused, or the process began draining before the commit); or the
+   * commit of some part threw, a bug: the other parts switched (`fields.parts_failed`).
+   */
+  | { readonly ok: false; readonly reason: string; readonly fields: object };
 
 /** Every part prepared; settle it once, by `commit()` or `abort()`. */
 export interface PreparedReload {
@@ -127,7 +128,7 @@ export class ReloadTransaction {
           release();
         }
         if (failed.length === 0) return { ok: true };
-        return { ok: false, reason: `the commit of ${failed.join(', ')} failed; the other parts switched`, fields: { parts_failed: failed }, partial: true };
+        return { ok: false, reason: `the commit of ${failed.join(', ')} failed; the other parts switched`, fields: { parts_failed: failed } };
       },
     };
   }
