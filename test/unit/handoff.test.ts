@@ -5,24 +5,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { Socket } from 'node:net';
 import { ConnectionHandoff, receiveHandoff, type Unconfirmed } from '../../src/process-channel/handoff.ts';
+import { handoffSocket } from '../support/handoff-socket.ts';
 
-/** A socket as the handoff sees it: a handle to send, and a copy that can be closed. */
-function fakeSocket(name: string): Socket & { name: string } {
-  let destroyed = false;
-  return {
-    name,
-    _handle: { fd: name },
-    on() {
-      return this;
-    },
-    destroy() {
-      destroyed = true;
-    },
-    get destroyed() {
-      return destroyed;
-    },
-  } as unknown as Socket & { name: string };
-}
 
 function channel() {
   const sent: { id: number; meta: string; handle: object }[] = [];
@@ -41,7 +25,7 @@ function channel() {
 
 test('the sender keeps its copy until the receiver confirms it; then its copy closes', () => {
   const { handoff, sent, back } = channel();
-  const a = fakeSocket('a');
+  const a = handoffSocket('a');
   assert.equal(handoff.pass(a, 'lease 1'), true);
   assert.deepEqual(sent, [{ id: 1, meta: 'lease 1', handle: { fd: 'a' } }]);
   assert.equal(handoff.backlog, 1);
@@ -58,7 +42,7 @@ test('the sender keeps its copy until the receiver confirms it; then its copy cl
 
 test('a refused connection is given back open, not closed', () => {
   const { handoff, back } = channel();
-  const a = fakeSocket('a');
+  const a = handoffSocket('a');
   handoff.pass(a, 'lease 1');
   handoff.refused(1);
   assert.deepEqual(back.map((b) => [b.socket, b.meta]), [[a, 'lease 1']]);
@@ -68,7 +52,7 @@ test('a refused connection is given back open, not closed', () => {
 
 test('confirmations come in order: one that skips ids gives back the connections before it (they never arrived)', () => {
   const { handoff, back } = channel();
-  const [a, b, c] = [fakeSocket('a'), fakeSocket('b'), fakeSocket('c')];
+  const [a, b, c] = [handoffSocket('a'), handoffSocket('b'), handoffSocket('c')];
   handoff.pass(a, 'x');
   handoff.pass(b, 'y');
   handoff.pass(c, 'z');
@@ -81,7 +65,7 @@ test('confirmations come in order: one that skips ids gives back the connections
 
 test('the receiver gone: every connection it did not confirm is given back, and nothing more is passed', () => {
   const { handoff, back, sent } = channel();
-  const [a, b, c] = [fakeSocket('a'), fakeSocket('b'), fakeSocket('c')];
+  const [a, b, c] = [handoffSocket('a'), handoffSocket('b'), handoffSocket('c')];
   handoff.pass(a, 'x');
   handoff.pass(b, 'y');
   handoff.confirmed(1);
@@ -89,7 +73,7 @@ test('the receiver gone: every connection it did not confirm is given back, and 
   handoff.close();
   assert.deepEqual(back.map((r) => r.socket), [b, c]);
   assert.equal(b.destroyed || c.destroyed, false);
-  assert.equal(handoff.pass(fakeSocket('d'), 'w'), false);
+  assert.equal(handoff.pass(handoffSocket('d'), 'w'), false);
   assert.equal(sent.length, 3);
   // A late confirmation (none can come after the close, but) changes nothing.
   handoff.confirmed(2);
@@ -101,10 +85,10 @@ test('the receiver gone: every connection it did not confirm is given back, and 
 test('a connection that cannot be sent is not kept (the caller passes it elsewhere); one without a handle is not sent', () => {
   const { handoff, shut, sent } = channel();
   shut();
-  assert.equal(handoff.pass(fakeSocket('a'), 'x'), false);
+  assert.equal(handoff.pass(handoffSocket('a'), 'x'), false);
   assert.equal(handoff.backlog, 0);
   const { handoff: other } = channel();
-  const closed = Object.assign(fakeSocket('b'), { _handle: null });
+  const closed = Object.assign(handoffSocket('b'), { _handle: null });
   assert.equal(other.pass(closed, 'x'), false);
   assert.equal(sent.length, 0);
 });
@@ -122,7 +106,7 @@ test('property: every connection handed over ends exactly once: closed here once
       const sockets: (Socket & { name: string })[] = [];
       for (const o of ops) {
         if (o.kind === 'pass') {
-          const socket = fakeSocket(String(sockets.length));
+          const socket = handoffSocket(String(sockets.length));
           sockets.push(socket);
           assert.equal(handoff.pass(socket, socket.name), true);
         } else if (o.kind === 'confirm') handoff.confirmed(o.id);

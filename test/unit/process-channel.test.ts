@@ -8,6 +8,7 @@ import { Socket } from 'node:net';
 import { ProcessChannel } from '../../src/process-channel/channel.ts';
 import type { Transport } from '../../src/process-channel/transport.ts';
 import { ManualClock } from '../support/manual-clock.ts';
+import { handoffSocket } from '../support/handoff-socket.ts';
 
 type Down = { type: 'start'; n: number } | { type: 'ask'; id: number } | { type: 'conn'; handoff: number; meta: string };
 type Up = { type: 'hello' } | { type: 'answer'; id: number; value: string } | { type: 'note'; text: string } | { type: 'taken'; handoff: number } | { type: 'refused'; handoff: number };
@@ -157,22 +158,6 @@ test('endRequests: every request waiting gets nothing now', async () => {
   assert.equal(await waiting, undefined);
 });
 
-/** A connection as the handoff sees it: a handle to send, and a copy that can be closed. */
-function fakeSocket(name: string): Socket {
-  let destroyed = false;
-  return {
-    _handle: { fd: name },
-    on() {
-      return this;
-    },
-    destroy() {
-      destroyed = true;
-    },
-    get destroyed() {
-      return destroyed;
-    },
-  } as unknown as Socket;
-}
 
 function handoffPair() {
   const p = pipe();
@@ -187,7 +172,7 @@ function handoffPair() {
 
 test('handoff: a connection stays the sender\'s until the receiver confirms it; then the sender\'s copy closes', () => {
   const { handoff, child, arrived, back } = handoffPair();
-  const socket = fakeSocket('a');
+  const socket = handoffSocket('a');
   assert.equal(handoff.pass(socket, 'lease 1'), true);
   assert.deepEqual(arrived.map((a) => [a.meta, a.handle]), [['lease 1', { fd: 'a' }]]);
   assert.equal(handoff.backlog, 1);
@@ -200,7 +185,7 @@ test('handoff: a connection stays the sender\'s until the receiver confirms it; 
 
 test('handoff: a refused connection goes back to the sender, open', () => {
   const { handoff, child, arrived, back } = handoffPair();
-  const socket = fakeSocket('a');
+  const socket = handoffSocket('a');
   handoff.pass(socket, 'lease 1');
   child.send({ type: 'refused', handoff: arrived[0]!.id });
   assert.deepEqual(back, ['lease 1']);
@@ -210,7 +195,7 @@ test('handoff: a refused connection goes back to the sender, open', () => {
 
 test('handoff: what the receiver never answered goes back to the sender when it is gone; nothing more is passed', () => {
   const { p, handoff, child, arrived, back } = handoffPair();
-  const [a, b] = [fakeSocket('a'), fakeSocket('b')];
+  const [a, b] = [handoffSocket('a'), handoffSocket('b')];
   handoff.pass(a, 'x');
   handoff.pass(b, 'y');
   child.send({ type: 'taken', handoff: arrived[0]!.id });
@@ -218,7 +203,7 @@ test('handoff: what the receiver never answered goes back to the sender when it 
   assert.deepEqual(back, ['y']);
   assert.equal(a.destroyed, true);
   assert.equal(b.destroyed, false);
-  assert.equal(handoff.pass(fakeSocket('c'), 'z'), false);
+  assert.equal(handoff.pass(handoffSocket('c'), 'z'), false);
 });
 
 test('receive: the receiver confirms, and takes the connection once the confirmation is written; refuse closes its copy', () => {
