@@ -3,12 +3,26 @@
 import type { Dispatcher } from 'undici';
 import type { ParameterPolicy } from './parameter-policy.ts';
 
-export type Endpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';
+/** The endpoints clients call. */
+export type ClientEndpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';
 
-export type ProviderType = 'openai' | 'anthropic' | 'azure_openai' | 'echo';
+/**
+ * The endpoints only a translation reaches, of APIs no client calls here: Bedrock's Converse
+ * (`converse`, `converse-stream`) and an embedding model's InvokeModel (`bedrock_embeddings`),
+ * Gemini's `generateContent` / `streamGenerateContent` (`generate_content`) and
+ * `batchEmbedContents` (`embed_content`).
+ */
+export type ProviderEndpoint = 'converse' | 'bedrock_embeddings' | 'generate_content' | 'embed_content';
 
-/** The API a provider speaks, which decides the translations its requests need (`local`: it answers every API itself). */
-export type ProviderApi = 'openai' | 'anthropic' | 'local';
+export type Endpoint = ClientEndpoint | ProviderEndpoint;
+
+export type ProviderType = 'openai' | 'anthropic' | 'azure_openai' | 'bedrock' | 'gemini' | 'vertex' | 'echo';
+
+/**
+ * The API a provider speaks, which decides the translations its requests need (`local`: it answers
+ * every API itself; `converse`: Bedrock's Converse API; `gemini`: Google's generateContent).
+ */
+export type ProviderApi = 'openai' | 'anthropic' | 'converse' | 'gemini' | 'local';
 
 export interface ProviderRequest {
   readonly endpoint: Endpoint;

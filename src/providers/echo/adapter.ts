@@ -1,6 +1,6 @@
 // A provider that answers locally, so a gateway with no key and no network gives real answers.
 // It drives the same handler callbacks an upstream response would, so the relay is one code path.
-import type { DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../types.ts';
+import type { ClientEndpoint, DispatchController, Endpoint, Provider, ProviderRequest, ResponseHandler } from '../types.ts';
 
 import { countTokens, embedding, newId, pieces, replyText, lastUserText } from './replies.ts';
 
@@ -35,7 +35,7 @@ export class EchoProvider implements Provider {
   }
 
   supports(endpoint: Endpoint): boolean {
-    return endpoint !== 'realtime';
+    return Object.hasOwn(EVENTS, endpoint);
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -45,7 +45,7 @@ export class EchoProvider implements Provider {
     const { json } = request;
     const model = String(json.model);
     const stream = json.stream === true;
-    const events = EVENTS[request.endpoint as Exclude<Endpoint, 'realtime'>](json, model, stream);
+    const events = EVENTS[request.endpoint as Exclude<ClientEndpoint, 'realtime'>](json, model, stream);
     const streams = stream && request.endpoint !== 'embeddings' && request.endpoint !== 'count_tokens';
     handler.onResponseStart?.(controller, 200, streams ? SSE_HEADERS : JSON_HEADERS, 'OK');
     for (const event of events) {
@@ -63,7 +63,7 @@ export class EchoProvider implements Provider {
 const sse = (data: unknown, event?: string): string =>
   `${event ? `event: ${event}\n` : ''}data: ${typeof data === 'string' ? data : JSON.stringify(data)}\n\n`;
 
-const EVENTS: Record<Exclude<Endpoint, 'realtime'>, (body: Json, model: string, stream: boolean) => string[]> = {
+const EVENTS: Record<Exclude<ClientEndpoint, 'realtime'>, (body: Json, model: string, stream: boolean) => string[]> = {
   chat(body, model, stream) {
     const text = replyText(body);
     const usage = { prompt_tokens: countTokens(lastUserText(body)), completion_tokens: countTokens(text), total_tokens: 0 };
