@@ -24,7 +24,7 @@ import { oneProcess } from './cluster/supervision.ts';
 import { ReloadTransaction, ReloadRefused, type ConfigChange } from './reload/transaction.ts';
 import { ReloadReport } from './reload/reload-report.ts';
 import { createLimiter } from './wiring/limiter.ts';
-import { gatewayReports, modelListEvents } from './wiring/gateway-events.ts';
+import { gatewayReports, routingEvents } from './wiring/gateway-events.ts';
 import { drainSettings, ProcessSettings } from './wiring/process-settings.ts';
 import { ProcessView } from './wiring/process-view.ts';
 import { adminRoutes, createStatusFeed } from './wiring/admin-surface.ts';
@@ -86,8 +86,8 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     (listener) => metrics.connectionsRejected.labels(listener).inc(),
   );
   const reports = gatewayReports(metrics, logger, clock);
-  const modelLists = modelListEvents(logger);
-  const gateway = new Gateway(createRouting(config, modelLists), {
+  const routingReports = routingEvents(logger);
+  const gateway = new Gateway(createRouting(config, routingReports), {
     ...reports,
     decision: lifecycle,
     limiter,
@@ -153,7 +153,7 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   }
 
   // E6a: every part prepares its share, then all switch or none; the workers' after this process's own.
-  const transaction = new ReloadTransaction([new RoutingReload(gateway, config, modelLists), settings, listeners, ...supervision.reloadParticipants()], {
+  const transaction = new ReloadTransaction([new RoutingReload(gateway, config, routingReports), settings, listeners, ...supervision.reloadParticipants()], {
     refuseCommit: () => (lifecycle.draining ? 'the process began draining during the reload' : undefined),
     stepFailed: (participant, step, error) =>
       logger.error({ event: 'config_reload_step_failed', participant, step, err: error }, `the reload's ${step} of ${participant} failed (a bug); the other parts went on`),

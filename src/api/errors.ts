@@ -121,6 +121,9 @@ export const errors = {
   upstreamConnect: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_connect_failed', `could not connect to provider "${provider}"`),
   upstreamReset: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_reset', `provider "${provider}" closed the connection before answering`),
   upstreamTimeout: (provider: string) => new GatewayError(504, 'timeout_error', 'upstream_timeout', `provider "${provider}" did not answer in time`),
+  /** 503: a cloud provider's credentials (AWS keys, a Google or Entra ID token) could not be had: the request was not sent. */
+  upstreamCredentials: (provider: string, source: string) =>
+    new GatewayError(503, 'upstream_error', 'upstream_credentials_unavailable', `provider "${provider}" has no usable credentials: its ${source} could not be obtained (the gateway's log says why)`, { 'retry-after': '1' }),
   upstreamFailed: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_failed', `request to provider "${provider}" failed`),
   /** A stream that ended without its API's final event ([DONE], message_stop, response.completed): its answer is incomplete. */
   streamCut: (provider: string) => new GatewayError(502, 'upstream_error', 'upstream_stream_cut', `provider "${provider}" ended the stream before the response was complete`),

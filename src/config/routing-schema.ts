@@ -11,7 +11,7 @@ export const PRESETS_NEEDING_A_KEY: ReadonlySet<OpenAIPreset> = new Set(['groq',
 
 export const providerSchema = z.strictObject({
   name,
-  type: z.enum(['openai', 'anthropic', 'azure_openai', 'echo']),
+  type: z.enum(['openai', 'anthropic', 'azure_openai', 'bedrock', 'gemini', 'vertex', 'echo']),
   /**
    * openai: an OpenAI-compatible server: its default base_url, and the request parameters it
    * refuses or names otherwise (dropped or renamed).
@@ -29,6 +29,29 @@ export const providerSchema = z.strictObject({
     .string()
     .regex(/^\d{4}-\d{2}-\d{2}(-preview)?$/, 'expected an Azure OpenAI API version such as 2024-10-21 or 2025-04-01-preview (leave it out for the v1 API)')
     .optional(),
+  /**
+   * azure_openai: how requests are authenticated: `api_key` (the `api-key` header; the default) or
+   * `entra_id` (a Microsoft Entra ID token of the gateway's own identity, from the AZURE_*
+   * environment: a client secret, workload identity's federated token file, or a managed identity).
+   */
+  auth: z.enum(['api_key', 'entra_id']).optional(),
+  /**
+   * bedrock: `converse` (the Converse API, any model; the default) or `anthropic` (InvokeModel with
+   * Anthropic's own Messages body: Anthropic models only, every Anthropic feature kept).
+   * vertex: `gemini` (generateContent; the default) or `anthropic` (rawPredict: Claude on Vertex).
+   */
+  api: z.enum(['converse', 'gemini', 'anthropic']).optional(),
+  /** bedrock: the AWS region (`us-east-1`); its endpoint is bedrock-runtime.REGION.amazonaws.com. */
+  region: z
+    .string()
+    .regex(/^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d$/, 'expected an AWS region such as us-east-1')
+    .optional(),
+  /** bedrock: a named profile of the AWS shared config and credentials files; default: the AWS default chain's. */
+  aws_profile: z.string().regex(/^[A-Za-z0-9_.+=,@-]{1,64}$/, 'expected a profile name').optional(),
+  /** vertex: the Google Cloud project id. */
+  project: z.string().regex(/^[a-z][a-z0-9-]{4,28}[a-z0-9]$/, 'expected a Google Cloud project id').optional(),
+  /** vertex: the location (`us-central1`, `europe-west4`, or `global`, the default). */
+  location: z.string().regex(/^(global|[a-z]+-[a-z]+\d+)$/, 'expected a Vertex AI location such as us-central1, or global').optional(),
   /** Extra headers sent upstream on every request (for example an organization id). */
   headers: z.record(z.string(), z.string()).default({}),
 });

@@ -153,6 +153,7 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
     if (p?.type !== 'azure_openai' && p?.api_version !== undefined) {
       ctx.addIssue({ code: 'custom', path: ['providers', index, 'api_version'], message: 'api_version is for azure_openai providers only' });
     }
+    cloudProviderIssues(p, index, ctx);
   });
   const downstream = config.downstream as Record<string, unknown> | undefined;
   const headers = downstream?.headers_timeout_secs;
@@ -160,6 +161,36 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   if (typeof headers === 'number' && typeof request === 'number' && request > 0 && headers > request) {
     quoting(ctx, ['downstream', 'headers_timeout_secs'], 'must not exceed downstream.request_timeout_secs', `must not exceed downstream.request_timeout_secs (${request})`, [['downstream', 'headers_timeout_secs'], ['downstream', 'request_timeout_secs']]);
   }
+}
+
+/** Where each of the cloud providers' own settings may be given, and what each needs. */
+const CLOUD_FIELDS: Readonly<Record<string, readonly string[]>> = {
+  auth: ['azure_openai'],
+  api: ['bedrock', 'vertex'],
+  region: ['bedrock'],
+  aws_profile: ['bedrock'],
+  project: ['vertex'],
+  location: ['vertex'],
+};
+
+function cloudProviderIssues(p: Record<string, unknown> | undefined, index: number, ctx: z.RefinementCtx): void {
+  if (p === undefined || typeof p !== 'object') return;
+  const type = p.type;
+  for (const [field, types] of Object.entries(CLOUD_FIELDS)) {
+    if (p[field] !== undefined && typeof type === 'string' && !types.includes(type)) {
+      ctx.addIssue({ code: 'custom', path: ['providers', index, field], message: `${field} is for ${types.join(' and ')} providers only` });
+    }
+  }
+  const issue = (field: string, message: string) => ctx.addIssue({ code: 'custom', path: ['providers', index, field], message });
+  if (type === 'bedrock' && p.region === undefined) issue('region', 'required for bedrock: the AWS region, such as us-east-1');
+  if (type === 'bedrock' && p.api === 'gemini') issue('api', 'a bedrock provider speaks converse or anthropic');
+  if (type === 'vertex' && p.project === undefined) issue('project', 'required for vertex: the Google Cloud project id');
+  if (type === 'vertex' && p.api === 'converse') issue('api', 'a vertex provider speaks gemini or anthropic');
+  if ((type === 'bedrock' || type === 'vertex') && p.api_key !== undefined) {
+    issue('api_key', `a ${type} provider is authenticated by the gateway's own cloud identity (${type === 'bedrock' ? "the AWS default credential chain" : "Google's application default credentials"}), not a key`);
+  }
+  if (type === 'gemini' && p.api_key === undefined) issue('api_key', 'required for gemini: a Gemini API key (use vertex for a service account)');
+  if (type === 'azure_openai' && p.auth === 'entra_id' && p.api_key !== undefined) issue('api_key', 'auth entra_id uses a Microsoft Entra ID token: leave api_key out');
 }
 
 export type Config = z.infer<typeof configSchema> & {

@@ -1,14 +1,15 @@
 // Watches a streamed answer until its first content event, the point after which a route never
 // switches targets: until then nothing is sent downstream, so a stream that fails before its first
 // token falls back invisibly. Preambles (OpenAI's role-only first chunk, Anthropic's message_start
-// and ping, the Responses API's response.created) are not content; an error event before content
-// is a failure; anything not recognised counts as content, so an unknown stream is never held. A
+// and ping, the Responses API's response.created, Bedrock Converse's messageStart) are not
+// content; an error event before content (Bedrock's exceptions, as its provider names them:
+// `event: throttlingException`) is a failure; anything not recognised counts as content, so an unknown stream is never held. A
 // stream that ends before its first content never sent its final event either: it was cut.
 import { SseParser, type SseEvent } from '../translate/sse.ts';
 
 export type Watched = 'waiting' | 'content' | 'error';
 
-const PREAMBLE_EVENTS = new Set(['message_start', 'ping', 'response.created', 'response.in_progress', 'response.queued']);
+const PREAMBLE_EVENTS = new Set(['message_start', 'ping', 'response.created', 'response.in_progress', 'response.queued', 'messageStart']);
 const ERROR_TYPES = new Set(['error', 'response.failed']);
 const BLANK_LINE = Buffer.from('\n\n');
 
@@ -43,7 +44,7 @@ export class FirstContentWatch {
   }
 
   #classify(event: SseEvent): Watched {
-    if (event.event !== undefined && ERROR_TYPES.has(event.event)) {
+    if (event.event !== undefined && (ERROR_TYPES.has(event.event) || event.event.endsWith('Exception'))) {
       this.error = parse(event.data) ?? event.data;
       return 'error';
     }

@@ -4,6 +4,7 @@
 import { requiresClientKey, type Config } from '../config/schema.ts';
 import type { Provider, Endpoint } from '../providers/types.ts';
 import { createProviders } from '../providers/registry.ts';
+import type { CredentialEvents } from '../providers/refreshing-credential.ts';
 import { ModelRouter } from '../routing/router.ts';
 import { TargetStates, type CooldownSettings } from '../routing/targets.ts';
 import { systemClock } from '../lifecycle/clock.ts';
@@ -43,8 +44,11 @@ export interface Routing {
   readonly openGuard: OpenProxyGuard | undefined;
 }
 
-export function createRouting(config: Config, events: ModelListEvents, previous?: { config: Config; routing: Routing }): Routing {
-  const providers = createProviders(config, previous && { config: previous.config, providers: previous.routing.providers });
+/** What a routing's parts report: model lists and cloud credentials that cannot be had. */
+export type RoutingEvents = ModelListEvents & CredentialEvents;
+
+export function createRouting(config: Config, events: RoutingEvents, previous?: { config: Config; routing: Routing }): Routing {
+  const providers = createProviders(config, { events, clock: systemClock }, previous && { config: previous.config, providers: previous.routing.providers });
   const targets = previous ? previous.routing.targets.carry((name) => providers.get(name) !== undefined && providers.get(name) === previous.routing.providers.get(name)) : new TargetStates(systemClock);
   const router = new ModelRouter(config.models, targets);
   targets.settle();

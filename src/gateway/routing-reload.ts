@@ -4,8 +4,8 @@
 // requests in progress finish); an abort closes the providers built for nothing.
 import type { Config } from '../config/schema.ts';
 import type { ConfigChange, PreparedChange, ReloadParticipant } from '../reload/transaction.ts';
-import { createRouting, type Gateway, type Routing } from './gateway.ts';
-import type { ModelListEvents } from './models.ts';
+import { createRouting, type Gateway, type Routing, type RoutingEvents } from './gateway.ts';
+
 
 /** Closes the providers of `from` that `to` does not keep. */
 function closeNotKept(from: Routing, to: Routing): void {
@@ -15,11 +15,11 @@ function closeNotKept(from: Routing, to: Routing): void {
 export class RoutingReload implements ReloadParticipant {
   readonly name = 'routing';
   readonly #gateway: Gateway;
-  readonly #events: ModelListEvents;
+  readonly #events: RoutingEvents;
   /** The config the gateway's routing was built from. */
   #config: Config;
 
-  constructor(gateway: Gateway, config: Config, events: ModelListEvents) {
+  constructor(gateway: Gateway, config: Config, events: RoutingEvents) {
     this.#gateway = gateway;
     this.#config = config;
     this.#events = events;

@@ -1,12 +1,15 @@
 // Token usage read from responses: the JSON `usage` object, or the SSE events that carry it
 // (OpenAI: the last chunk when `stream_options.include_usage`; Groq: its last chunk's `x_groq`;
-// Anthropic: message_start and message_delta; Responses API: response.completed). Only lines that mention "usage" (and not as
-// null) are parsed.
+// Anthropic: message_start and message_delta; Responses API: response.completed; Bedrock's
+// Converse: `metadata`; Gemini: `usageMetadata`, on every chunk, the last one's counting). Only
+// lines that mention "usage" or "usageMetadata" (and not as null) are parsed.
 import type { Usage } from '../api/usage.ts';
 
 type Json = Record<string, unknown>;
 
-const USAGE_MARK = Buffer.from('"usage"');
+/** `"usage"`, and the start of Gemini's `"usageMetadata"`: one search finds both. */
+const USAGE_MARK = Buffer.from('"usage');
+const METADATA_REST = Buffer.from('Metadata"');
 const LF = 10;
 /** A JSON body larger than this is relayed without looking for usage. */
 const MAX_JSON_SCAN = 4 * 1024 * 1024;
@@ -28,6 +31,7 @@ export interface UsageReader {
 export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | undefined {
   if (usage === null || typeof usage !== 'object') return into;
   const u = usage as Json;
+  if (u.inputTokens !== undefined || u.outputTokens !== undefined) return readConverseUsage(u, into);
   // Anthropic counts cache reads and writes apart from input_tokens; they are prompt tokens too.
   const input = num(u.input_tokens);
   const cached = input === undefined ? 0 : (num(u.cache_read_input_tokens) ?? 0) + (num(u.cache_creation_input_tokens) ?? 0);
@@ -46,6 +50,42 @@ export function readUsageFrom(usage: unknown, into: Usage | undefined): Usage | 
   const written = num(u.cache_creation_input_tokens);
   if (written !== undefined) out.cacheWrite = written;
   return out;
+}
+
+/** Bedrock's Converse usage: inputTokens excludes the cache reads and writes, as Anthropic's input_tokens does. */
+function readConverseUsage(u: Json, into: Usage | undefined): Usage | undefined {
+  const input = num(u.inputTokens);
+  const completion = num(u.outputTokens);
+  if (input === undefined && completion === undefined) return into;
+  const read = num(u.cacheReadInputTokens);
+  const written = num(u.cacheWriteInputTokens);
+  const out = into ?? { prompt: 0, completion: 0 };
+  if (input !== undefined) out.prompt = input + (read ?? 0) + (written ?? 0);
+  if (completion !== undefined) out.completion = completion;
+  if (read !== undefined) out.cached = read;
+  if (written !== undefined) out.cacheWrite = written;
+  return out;
+}
+
+/** Gemini's usageMetadata: thoughts are output tokens too; cachedContentTokenCount is part of promptTokenCount. */
+export function readGeminiUsage(usage: unknown, into: Usage | undefined): Usage | undefined {
+  if (usage === null || typeof usage !== 'object') return into;
+  const u = usage as Json;
+  const prompt = num(u.promptTokenCount);
+  const candidates = num(u.candidatesTokenCount);
+  const thoughts = num(u.thoughtsTokenCount);
+  if (prompt === undefined && candidates === undefined && thoughts === undefined) return into;
+  const out = into ?? { prompt: 0, completion: 0 };
+  if (prompt !== undefined) out.prompt = prompt + (num(u.toolUsePromptTokenCount) ?? 0);
+  if (candidates !== undefined || thoughts !== undefined) out.completion = (candidates ?? 0) + (thoughts ?? 0);
+  const cached = num(u.cachedContentTokenCount);
+  if (cached !== undefined) out.cached = cached;
+  return out;
+}
+
+/** The usage of an answer's JSON: its `usage`, or Gemini's `usageMetadata`. */
+function answerUsage(answer: Json, into: Usage | undefined): Usage | undefined {
+  return answer.usage !== undefined ? readUsageFrom(answer.usage, into) : readGeminiUsage(answer.usageMetadata, into);
 }
 
 /** The model an answer names (OpenAI's `model`, Anthropic's `message.model`), kept with its usage. */
@@ -84,7 +124,7 @@ export class JsonUsageReader implements UsageReader {
     if (body.indexOf(USAGE_MARK) === -1) return undefined;
     try {
       const answer = JSON.parse(body.toString('utf8')) as Json;
-      const usage = withModel(readUsageFrom(answer.usage, undefined), answer.model);
+      const usage = withModel(answerUsage(answer, undefined), answer.model ?? answer.modelVersion);
       this.final = usage !== undefined;
       return usage;
     } catch {
@@ -116,7 +156,8 @@ export class SseUsageReader implements UsageReader {
       if (rest <= MAX_LINE) this.#partial = Buffer.from(data.subarray(lastNewline + 1));
     }
     for (let at = data.indexOf(USAGE_MARK); at !== -1 && at < lastNewline; at = data.indexOf(USAGE_MARK, at + 1)) {
-      if (isNull(data, at + USAGE_MARK.length)) continue;
+      const after = keyEnd(data, at + USAGE_MARK.length);
+      if (after === -1 || isNull(data, after)) continue;
       const end = data.indexOf(LF, at);
       this.#line(data.toString('utf8', data.lastIndexOf(LF, at) + 1, end).trimEnd());
       at = end;
@@ -129,6 +170,12 @@ export class SseUsageReader implements UsageReader {
       const event = JSON.parse(line.slice(5)) as Json;
       const message = event.message as Json | undefined;
       const response = event.response as Json | undefined;
+      if (event.usageMetadata !== undefined) {
+        // Gemini: every chunk carries the counts so far; the last chunk's are final.
+        this.#usage = withModel(readGeminiUsage(event.usageMetadata, this.#usage), event.modelVersion);
+        if (this.#usage !== undefined) this.final = true;
+        return;
+      }
       // Groq's streams carry their usage in `x_groq.usage` (they refuse stream_options).
       const final = event.usage ?? response?.usage ?? (event.x_groq as Json | undefined)?.usage;
       this.#usage = withModel(readUsageFrom(final ?? message?.usage, this.#usage), event.model ?? message?.model ?? response?.model);
@@ -143,10 +190,17 @@ export class SseUsageReader implements UsageReader {
     this.#partial = undefined;
     if (rest !== undefined) {
       const at = rest.indexOf(USAGE_MARK);
-      if (at !== -1 && !isNull(rest, at + USAGE_MARK.length)) this.#line(rest.toString('utf8').trimEnd());
+      const after = at === -1 ? -1 : keyEnd(rest, at + USAGE_MARK.length);
+      if (after !== -1 && !isNull(rest, after)) this.#line(rest.toString('utf8').trimEnd());
     }
     return this.#usage;
   }
+}
+
+/** Where the key that `"usage` began ends: after `"` (usage) or `Metadata"` (usageMetadata); -1 for another key. */
+function keyEnd(data: Buffer, i: number): number {
+  if (data[i] === 34 /* " */) return i + 1;
+  return data.subarray(i, i + METADATA_REST.length).equals(METADATA_REST) ? i + METADATA_REST.length : -1;
 }
 
 /** `"usage"` at `i` is followed by `: null`. */

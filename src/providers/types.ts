@@ -2,6 +2,14 @@
 // provider never sees sockets, `res`, or the lifecycle.
 import type { Dispatcher } from 'undici';
 import type { ParameterPolicy } from './parameter-policy.ts';
+import type { CredentialEvents } from './refreshing-credential.ts';
+import type { Clock } from '../lifecycle/clock.ts';
+
+/** What the providers that fetch their own credentials (the clouds') report to, and their time. */
+export interface ProviderEnvironment {
+  readonly events: CredentialEvents;
+  readonly clock: Clock;
+}
 
 /** The endpoints clients call. */
 export type ClientEndpoint = 'chat' | 'completions' | 'embeddings' | 'responses' | 'messages' | 'count_tokens' | 'realtime';

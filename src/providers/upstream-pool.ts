@@ -2,7 +2,56 @@
 // assembly shared by the HTTP providers.
 import { Pool } from 'undici';
 import type { UpstreamConfig } from '../config/schema.ts';
-import type { ProviderRequest, ResponseHandler } from './types.ts';
+import type { DispatchController, ProviderRequest, ResponseHandler } from './types.ts';
+
+/** A request whose headers are only known once its credentials are (a signature, a fresh token). */
+export interface OutgoingRequest {
+  /** Under the pool's base path. */
+  readonly path: string;
+  readonly headers: Record<string, string | string[]>;
+  readonly body: Buffer;
+}
+
+/**
+ * The controller of a request still waiting for its credentials: an abort (the client left, the
+ * attempt timed out, a forced end) means it is never sent, and is told to the handler as undici
+ * tells one.
+ */
+class WaitingController implements DispatchController {
+  aborted = false;
+  paused = false;
+  reason: Error | null = null;
+  readonly #handler: ResponseHandler;
+  readonly #waiting: Set<WaitingController>;
+
+  constructor(handler: ResponseHandler, waiting: Set<WaitingController>) {
+    this.#handler = handler;
+    this.#waiting = waiting;
+    waiting.add(this);
+  }
+
+  abort(reason: Error): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason;
+    this.#waiting.delete(this);
+    this.#handler.onResponseError?.(this, reason);
+  }
+
+  /** The wait is over: the request is sent (or failed) from here. */
+  settled(): boolean {
+    this.#waiting.delete(this);
+    return !this.aborted;
+  }
+
+  pause(): void {
+    this.paused = true;
+  }
+
+  resume(): void {
+    this.paused = false;
+  }
+}
 
 /** The largest model list read from a provider. */
 const MAX_LIST_BYTES = 8 * 1024 * 1024;
@@ -10,6 +59,10 @@ const MAX_LIST_BYTES = 8 * 1024 * 1024;
 export class UpstreamPool {
   readonly #pool: Pool;
   readonly #basePath: string;
+  /** Requests waiting for their credentials. */
+  readonly #waiting = new Set<WaitingController>();
+  /** Their credentials, being fetched: a close waits for them to be sent. */
+  readonly #readying = new Set<Promise<unknown>>();
   readonly origin: string;
 
   constructor(baseUrl: string, settings: UpstreamConfig) {
@@ -40,6 +93,27 @@ export class UpstreamPool {
   }
 
   /**
+   * Sends the request `ready` gives once it is ready (credentials fetched, signed). Until then the
+   * handler holds a controller that can abort it; a `ready` that rejects (with the gateway's error
+   * for missing credentials) is the request's error.
+   */
+  sendWhenReady(ready: Promise<OutgoingRequest>, handler: ResponseHandler): void {
+    const waiting = new WaitingController(handler, this.#waiting);
+    handler.onRequestStart?.(waiting, {});
+    const sent = ready.then(
+      (outgoing) => {
+        if (!waiting.settled()) return;
+        this.#pool.dispatch({ method: 'POST', path: this.#basePath + outgoing.path, headers: outgoing.headers, body: outgoing.body, blocking: true }, handler);
+      },
+      (error: unknown) => {
+        if (waiting.settled()) handler.onResponseError?.(waiting, error instanceof Error ? error : new Error(String(error)));
+      },
+    );
+    this.#readying.add(sent);
+    void sent.finally(() => this.#readying.delete(sent));
+  }
+
+  /**
    * GET `path` (under the base path) and parse the JSON answer. A status other than 200, a body
    * that is not JSON or is larger than `MAX_LIST_BYTES` rejects; `signal` aborts the request.
    */
@@ -66,11 +140,14 @@ export class UpstreamPool {
     }
   }
 
-  close(): Promise<void> {
+  /** Waits for the requests in progress, those still waiting for their credentials included, then closes. */
+  async close(): Promise<void> {
+    while (this.#readying.size > 0) await Promise.allSettled([...this.#readying]);
     return this.#pool.close();
   }
 
   destroy(): Promise<void> {
+    for (const waiting of [...this.#waiting]) waiting.abort(new Error('provider destroyed'));
     return this.#pool.destroy();
   }
 }

@@ -12,6 +12,8 @@ export function transportFailure(error: unknown): FailureClass {
     case 'EAI_AGAIN':
     case 'EHOSTUNREACH':
     case 'ENETUNREACH':
+    // A cloud provider's credentials could not be had: nothing was sent.
+    case 'upstream_credentials_unavailable':
       return 'connect';
     case 'UND_ERR_HEADERS_TIMEOUT':
     case 'UND_ERR_BODY_TIMEOUT':
@@ -22,7 +24,7 @@ export function transportFailure(error: unknown): FailureClass {
 }
 
 /** Phrases providers use for a prompt longer than the model takes. */
-const CONTEXT_LENGTH = /context[_ ]length|context window|maximum context|prompt is too long|too many tokens|input is too long/i;
+const CONTEXT_LENGTH = /context[_ ]length|context window|maximum context|prompt is too long|too many (input )?tokens|input is too long|exceeds the maximum number of tokens/i;
 
 /** The error codes of a prompt refused by a provider's content filter (Azure OpenAI's, OpenAI's). */
 const CONTENT_FILTER = /"code"\s*:\s*"(content_filter|content_policy_violation)"/;

@@ -1,7 +1,6 @@
 // What the proxy reports, turned into metrics and log lines: attempts, retries, failures told to
 // clients, circuits opened, a retry budget spent, a provider's model list failing, a bug.
-import type { GatewayEnvironment } from '../gateway/gateway.ts';
-import type { ModelListEvents } from '../gateway/models.ts';
+import type { GatewayEnvironment, RoutingEvents } from '../gateway/gateway.ts';
 import type { Clock } from '../lifecycle/clock.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
@@ -31,9 +30,12 @@ export function gatewayReports(metrics: Metrics, logger: Logger, clock: Clock): 
   };
 }
 
-/** A provider's model list that cannot be fetched is logged once, until it answers again. */
-export function modelListEvents(logger: Logger): ModelListEvents {
+/** A provider's model list, or a cloud provider's credentials, that cannot be had are logged once, until they can again. */
+export function routingEvents(logger: Logger): RoutingEvents {
   return {
+    credentialsFailed: (provider, source, reason) =>
+      logger.error({ event: 'provider_credentials_failed', provider, source, reason }, `provider "${provider}": its ${source} could not be obtained; its requests fail with 503 until they can`),
+    credentialsRecovered: (provider, source) => logger.info({ event: 'provider_credentials_recovered', provider, source }, `provider "${provider}": its ${source} can be obtained again`),
     failed: (provider, reason) =>
       logger.warn({ event: 'models_list_failed', provider, reason }, `could not fetch the model list of provider "${provider}"; /v1/models lists the exact names only`),
     recovered: (provider) => logger.info({ event: 'models_list_recovered', provider }, `the model list of provider "${provider}" is available again`),

@@ -237,7 +237,7 @@ providers:
     const result = await run(['validate', '--config', file]);
     assert.equal(result.code, 1);
     const problems = result.stderr.split('\n').filter((l) => l.startsWith('  - '));
-    assert.ok(problems.includes(`  - providers[0].type: expected one of "openai" | "anthropic" | "azure_openai" | "echo", got "antropic" (did you mean "anthropic"?) (${file}:4:22)`), result.stderr);
+    assert.ok(problems.includes(`  - providers[0].type: expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo", got "antropic" (did you mean "anthropic"?) (${file}:4:22)`), result.stderr);
     assert.ok(problems.some((l) => l.startsWith('  - log.level: ') && l.includes('got "wran" (did you mean "warn"?)')), result.stderr);
     assert.ok(problems.includes(`  - min_drain_secs: unknown key "min_drain_secs" (did you mean "shutdown.min_drain_secs"?) (${file}:6:1)`), result.stderr);
     assert.ok(problems.includes(`  - limits.rpm: unknown key "rpm" (did you mean "limits.global.rpm"?) (${file}:9:3)`), result.stderr);

@@ -191,9 +191,9 @@ log: { level: WARN }
 `;
     const problems = problemsOf(text, { ADDR: '10.1.2.3:4567', TYPE: secret, NEAR: 'antropic', PROVIDER: secret, SECS: secret });
     for (const leaked of [secret, '10.1.2.3', '4567']) assert.ok(!JSON.stringify(problems).includes(leaked), `${leaked} in ${JSON.stringify(problems)}`);
-    assert.equal(problemAt(problems, 'providers[0].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "echo"');
-    assert.equal(problemAt(problems, 'providers[1].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "echo", got "antropic" (did you mean "anthropic"?)');
-    assert.equal(problemAt(problems, 'providers[2].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "echo"', 'no hint from a value that came from a variable');
+    assert.equal(problemAt(problems, 'providers[0].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo"');
+    assert.equal(problemAt(problems, 'providers[1].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo", got "antropic" (did you mean "anthropic"?)');
+    assert.equal(problemAt(problems, 'providers[2].type').message, 'expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo"', 'no hint from a value that came from a variable');
     assert.equal(problemAt(problems, 'listeners[1].address').message, 'an admin listener binds to loopback unless admin.allow_non_loopback is true');
     assert.equal(problemAt(problems, 'models[0].provider').message, 'no provider of that name');
     assert.equal(problemAt(problems, 'models[1].provider').message, 'unknown provider "ghost" (known: "p", "q", "r")');

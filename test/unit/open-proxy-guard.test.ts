@@ -76,7 +76,7 @@ test('no value of any header makes the guard throw', () => {
 });
 
 describe('where the guard exists', () => {
-  const events = { failed() {}, recovered() {} };
+  const events = { failed() {}, recovered() {}, credentialsFailed() {}, credentialsRecovered() {} };
   const BASE = 'listeners:\n  - { name: p, address: "127.0.0.1:8080", role: proxy }\nproviders:\n  - { name: echo, type: echo }\nmodels:\n  - { name: echo, provider: echo }\n';
   const parse = (extra = '') => parseConfig(BASE + extra, 'test.yaml', {});
 

@@ -111,8 +111,8 @@ describe('checkResource', () => {
   });
 
   test('a schema error names the field and what it expects, never the value; a value close to an allowed one gets a "did you mean"', () => {
-    assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"azure"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "echo"');
-    assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"antropic"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "echo" (did you mean "anthropic"?)');
+    assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"azure"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo"');
+    assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"antropic"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo" (did you mean "anthropic"?)');
     assert.equal(reasonOf(checkResource('models', 'm', '{"provider":"p","retry":{"max_attempts":"sk-live-0123456789"}}', 1)), 'retry.max_attempts: expected number, got a string');
     assert.match(reasonOf(checkResource('models', 'm', '{}', 1)), /^provider: required/);
     assert.match(reasonOf(checkResource('models', 'm', '{"provider":"p","extra":1}', 1)), /^extra: unknown key "extra"/);

@@ -1,0 +1,63 @@
+// Vertex AI (`type: vertex`): Google's models through generateContent (`api: gemini`, the
+// default) or Anthropic's on Vertex through rawPredict (`api: anthropic`: Anthropic's Messages
+// body, so the provider speaks Anthropic's API to the gateway), in a project and location, with a
+// Google Cloud access token of the gateway's own identity (google-token.ts).
+import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
+import type { Endpoint, ProviderEnvironment, ProviderRequest, ResponseHandler } from '../types.ts';
+import { PooledProvider } from '../pooled-provider.ts';
+import type { RefreshingCredential } from '../refreshing-credential.ts';
+import { googleAccessToken } from './google-token.ts';
+import { geminiMethod } from './gemini-adapter.ts';
+
+/** The `anthropic_version` Vertex AI takes for Anthropic's Messages body. */
+const VERTEX_ANTHROPIC_VERSION = 'vertex-2023-10-16';
+
+/** Vertex AI's endpoint for a location (`global` has no regional host). */
+export function vertexBaseUrl(location: string): string {
+  return location === 'global' ? 'https://aiplatform.googleapis.com' : `https://${location}-aiplatform.googleapis.com`;
+}
+
+export class VertexProvider extends PooledProvider {
+  readonly type = 'vertex';
+  readonly api: 'gemini' | 'anthropic';
+  readonly #token: RefreshingCredential<string>;
+  readonly #headers: Record<string, string>;
+  /** `/v1/projects/P/locations/L/publishers/`. */
+  readonly #publishers: string;
+
+  constructor(config: ProviderConfig, upstream: UpstreamConfig, env: ProviderEnvironment) {
+    const location = config.location ?? 'global';
+    super(config.name, config.base_url ?? vertexBaseUrl(location), upstream);
+    this.api = config.api === 'anthropic' ? 'anthropic' : 'gemini';
+    this.#headers = { ...config.headers };
+    this.#publishers = `/v1/projects/${encodeURIComponent(config.project!)}/locations/${encodeURIComponent(location)}/publishers/`;
+    this.#token = googleAccessToken(config.name, env.events, env.clock);
+  }
+
+  supports(endpoint: Endpoint): boolean {
+    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'generate_content';
+  }
+
+  dispatch(request: ProviderRequest, handler: ResponseHandler): void {
+    const { model, stream, ...rest } = request.json;
+    let path: string;
+    let body: Record<string, unknown>;
+    if (request.endpoint === 'messages') {
+      path = `${this.#publishers}anthropic/models/${encodeURIComponent(String(model))}:${stream === true ? 'streamRawPredict' : 'rawPredict'}`;
+      body = { ...rest, anthropic_version: VERTEX_ANTHROPIC_VERSION };
+      if (stream === true) body.stream = true;
+    } else {
+      path = `${this.#publishers}google/${geminiMethod(request.endpoint, model, stream === true)}`;
+      body = rest;
+    }
+    const bytes = Buffer.from(JSON.stringify(body));
+    const forwarded: Record<string, string | string[]> = {};
+    for (const [name, value] of Object.entries(request.headers)) if (!name.startsWith('anthropic-') && !name.startsWith('x-goog-')) forwarded[name] = value;
+    const ready = this.#token.get().then((token) => ({
+      path,
+      headers: { ...forwarded, ...this.#headers, authorization: `Bearer ${token}`, 'content-type': 'application/json', 'content-length': String(bytes.length), 'x-request-id': request.requestId },
+      body: bytes,
+    }));
+    this.pool.sendWhenReady(ready, handler);
+  }
+}
