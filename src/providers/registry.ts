@@ -31,7 +31,7 @@ export function createProviders(config: Config, env: ProviderEnvironment, previo
         providers.set(provider.name, new AnthropicProvider(provider, config.upstream));
         break;
       case 'azure_openai':
-        providers.set(provider.name, new AzureOpenAIProvider(provider, config.upstream));
+        providers.set(provider.name, new AzureOpenAIProvider(provider, config.upstream, env));
         break;
       case 'bedrock':
         providers.set(provider.name, new BedrockProvider(provider, config.upstream, env));

@@ -3,7 +3,7 @@
 // deployment's name); without, to the v1 API (`/openai/v1/…`, the deployment named in the body).
 // The key goes in the `api-key` header.
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import type { Endpoint, ProviderEnvironment, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
 import { PooledProvider } from '../pooled-provider.ts';
 import { openaiModelList } from '../openai/adapter.ts';
 
@@ -22,7 +22,7 @@ export class AzureOpenAIProvider extends PooledProvider {
   /** The data-plane API version (deployment paths), or undefined: the v1 API. */
   readonly #version: string | undefined;
 
-  constructor(config: ProviderConfig, upstream: UpstreamConfig) {
+  constructor(config: ProviderConfig, upstream: UpstreamConfig, _env?: ProviderEnvironment) {
     super(config.name, config.base_url!, upstream);
     this.#version = config.api_version;
     this.#credentials = { ...config.headers };
