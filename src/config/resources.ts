@@ -4,7 +4,7 @@
 // last value of it that was valid (or stays absent).
 import { ConfigError, issueProblems, validateConfig } from './load.ts';
 import { NO_VARIABLES, resolveVariables, type ResourceVariables } from './resource-variables.ts';
-import { modelSchema, modelTargets, namedKeySchema, providerSchema, type Config, type ModelConfig } from './schema.ts';
+import { modelSchema, modelTargets, namedKeySchema, providerSchema, type Config, type ModelConfig, type ProviderConfig } from './schema.ts';
 
 export const RESOURCE_KINDS = ['providers', 'models', 'keys'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
@@ -97,7 +97,33 @@ export function checkResource(kind: ResourceKind, name: string, document: string
     const problems = issueProblems(result.error.issues, { schemaPath: [kind, 0], limit: MAX_PROBLEMS });
     return { ok: false, reason: problems.map((p) => (p.path ? `${p.path}: ${p.message}` : p.message)).join('; ') };
   }
+  if (kind === 'providers') {
+    const foreign = identityLeak(result.data as ProviderConfig);
+    if (foreign !== undefined) return { ok: false, reason: foreign };
+  }
   return { ok: true, resource: { kind, name, stored, value: result.data, revision } };
+}
+
+/** The domains each cloud identity's requests may go to, when the provider is a resource. */
+const IDENTITY_DOMAINS: Readonly<Record<string, { readonly cloud: string; readonly domains: readonly string[] }>> = {
+  bedrock: { cloud: 'AWS', domains: ['.amazonaws.com', '.amazonaws.com.cn'] },
+  vertex: { cloud: 'Google Cloud', domains: ['.googleapis.com'] },
+  azure_openai: { cloud: 'Microsoft Entra ID', domains: ['.openai.azure.com', '.cognitiveservices.azure.com', '.services.ai.azure.com', '.azure-api.net'] },
+};
+
+/**
+ * Why a provider resource may not use the gateway's own cloud identity as written: whoever holds an
+ * admin token or writes to etcd could otherwise point a provider that signs with, or sends a
+ * bearer token of, the gateway's identity at a server of theirs. Such a provider's base_url must be
+ * https on its cloud's domains; another one is for the bootstrap file.
+ */
+function identityLeak(provider: ProviderConfig): string | undefined {
+  const usesIdentity = provider.type === 'bedrock' || provider.type === 'vertex' || (provider.type === 'azure_openai' && provider.auth === 'entra_id');
+  if (!usesIdentity || provider.base_url === undefined) return undefined;
+  const rule = IDENTITY_DOMAINS[provider.type]!;
+  const url = new URL(provider.base_url);
+  if (url.protocol === 'https:' && rule.domains.some((domain) => url.hostname.endsWith(domain))) return undefined;
+  return `base_url: a ${provider.type} provider defined as a resource authenticates with the gateway's own ${rule.cloud} identity, so it sends only over https to ${rule.domains.map((d) => `*${d}`).join(', ')}; any other base_url belongs in the bootstrap file`;
 }
 
 /**

@@ -110,6 +110,21 @@ describe('checkResource', () => {
     for (const text of ['[]', 'null', '"openai"', '42']) assert.equal(reasonOf(checkResource('models', 'm', text, 1)), 'expected a JSON object', text);
   });
 
+  test("a provider that uses the gateway's own cloud identity sends only to its cloud when it is a resource", () => {
+    const check = (body: object) => checkResource('providers', 'p', JSON.stringify(body), 1);
+    for (const base_url of ['http://127.0.0.1:9/', 'https://evil.example/', 'https://amazonaws.com.evil.example/', 'http://bedrock-runtime.us-east-1.amazonaws.com/']) {
+      assert.match(reasonOf(check({ type: 'bedrock', region: 'us-east-1', base_url })), /^base_url: a bedrock provider defined as a resource authenticates with the gateway's own AWS identity/, base_url);
+    }
+    assert.match(reasonOf(check({ type: 'vertex', project: 'my-project', base_url: 'https://vertex.evil.example/' })), /own Google Cloud identity/);
+    assert.match(reasonOf(check({ type: 'azure_openai', auth: 'entra_id', base_url: 'https://x.openai.azure.com.evil.example/' })), /own Microsoft Entra ID identity/);
+    // Their own clouds, the default endpoints, and a key-authenticated provider anywhere, are taken.
+    assert.equal(check({ type: 'bedrock', region: 'us-east-1', base_url: 'https://bedrock-runtime.us-east-1.amazonaws.com' }).ok, true);
+    assert.equal(check({ type: 'bedrock', region: 'us-east-1' }).ok, true);
+    assert.equal(check({ type: 'vertex', project: 'my-project', base_url: 'https://europe-west4-aiplatform.googleapis.com' }).ok, true);
+    assert.equal(check({ type: 'azure_openai', auth: 'entra_id', base_url: 'https://x.openai.azure.com' }).ok, true);
+    assert.equal(check({ type: 'azure_openai', base_url: 'https://proxy.example', api_key: 'a-key' }).ok, true);
+  });
+
   test('a schema error names the field and what it expects, never the value; a value close to an allowed one gets a "did you mean"', () => {
     assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"azure"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo"');
     assert.equal(reasonOf(checkResource('providers', 'p', '{"type":"antropic"}', 1)), 'type: expected one of "openai" | "anthropic" | "azure_openai" | "bedrock" | "gemini" | "vertex" | "echo" (did you mean "anthropic"?)');
