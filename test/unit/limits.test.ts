@@ -397,6 +397,25 @@ describe('Prices', () => {
     assert.equal(prices.costMicros({ prompt: 1000, completion: 100 }, ['unknown', '']), undefined);
   });
 
+  test("Bedrock's and Vertex's model ids are priced as the model they name", () => {
+    const prices = new Prices();
+    const haiku = prices.of('claude-3-5-haiku')!;
+    for (const id of [
+      'anthropic.claude-3-5-haiku-20241022-v1:0',
+      'us.anthropic.claude-3-5-haiku-20241022-v1:0',
+      'arn:aws:bedrock:us-east-1:123456789012:inference-profile/us.anthropic.claude-3-5-haiku-20241022-v1:0',
+      'claude-3-5-haiku@20241022',
+    ]) {
+      assert.equal(prices.of(id), haiku, id);
+    }
+    assert.equal(prices.of('meta.llama3-1-8b-instruct-v1:0')!.input, 0.22);
+    assert.equal(prices.of('amazon.nova-micro-v1:0')!.output, 0.14);
+    assert.equal(prices.of('amazon.titan-embed-text-v2:0')!.input, 0.02);
+    assert.equal(prices.of('models/gemini-2.5-flash')!.output, 2.5);
+    assert.equal(prices.of('gemini-2.5-flash-lite-preview-06-17')!.input, 0.1, 'the longest entry wins');
+    assert.equal(prices.of('acme.claude-3-5-haiku-v1:0'), undefined, 'only the vendors Bedrock has');
+  });
+
   test('cached and cache-written prompt tokens at their own prices', () => {
     const price = { input: 3, output: 15, cached_input: 0.3, cache_write: 3.75 };
     assert.equal(costMicros({ prompt: 1000, completion: 100, cached: 600, cacheWrite: 300 }, price), 100 * 3 + 600 * 0.3 + 300 * 3.75 + 100 * 15);
