@@ -4,6 +4,7 @@
 // EKS Pod Identity, the instance metadata service). AWS's libraries are loaded when the first
 // Bedrock provider is built, never by a gateway that has none.
 import { createRequire } from 'node:module';
+import { createHash, createHmac, createSecretKey, type Hash, type Hmac, type KeyObject } from 'node:crypto';
 import type { AwsCredentialIdentity } from '@smithy/types';
 import type { SignatureV4 } from '@smithy/signature-v4';
 import type { Clock } from '../../lifecycle/clock.ts';
@@ -31,7 +32,6 @@ export class AwsSigner {
   constructor(options: AwsSignerOptions) {
     const { defaultProvider } = require('@aws-sdk/credential-provider-node') as typeof import('@aws-sdk/credential-provider-node');
     const { SignatureV4: Signer } = require('@smithy/signature-v4') as typeof import('@smithy/signature-v4');
-    const { Hash } = require('@smithy/core/serde') as typeof import('@smithy/core/serde');
     const chain = defaultProvider(options.profile === undefined ? {} : { profile: options.profile });
     this.#credentials = new RefreshingCredential({
       provider: options.provider,
@@ -49,7 +49,7 @@ export class AwsSigner {
       credentials: () => this.#credentials.get(),
       region: options.region,
       service: 'bedrock',
-      sha256: Hash.bind(null, 'sha256'),
+      sha256: Sha256,
     });
   }
 
@@ -76,4 +76,48 @@ function splitQuery(path: string): [string, Record<string, string>] {
   const at = path.indexOf('?');
   if (at === -1) return [path, {}];
   return [path.slice(0, at), Object.fromEntries(new URLSearchParams(path.slice(at + 1)))];
+}
+
+/** HMAC keys as KeyObjects, by their bytes: Node makes a key of a Buffer on every createHmac, at about six times the cost of the HMAC. */
+const hmacKeys = new Map<string, KeyObject>();
+/** The keys a signer uses are few (a secret, a signing key a day); more means something churns: start again. */
+const MAX_HMAC_KEYS = 64;
+
+function hmacKey(secret: string | ArrayBuffer | ArrayBufferView): KeyObject {
+  const bytes = typeof secret === 'string' ? Buffer.from(secret) : ArrayBuffer.isView(secret) ? Buffer.from(secret.buffer, secret.byteOffset, secret.byteLength) : Buffer.from(secret);
+  const id = bytes.toString('base64');
+  let key = hmacKeys.get(id);
+  if (key === undefined) {
+    if (hmacKeys.size >= MAX_HMAC_KEYS) hmacKeys.clear();
+    key = createSecretKey(bytes);
+    hmacKeys.set(id, key);
+  }
+  return key;
+}
+
+/** SHA-256 and HMAC-SHA-256 for the signer (its `sha256` option), by node:crypto with the HMAC keys kept. */
+class Sha256 {
+  readonly #secret: string | ArrayBuffer | ArrayBufferView | undefined;
+  #hash: Hash | Hmac;
+
+  constructor(secret?: string | ArrayBuffer | ArrayBufferView) {
+    this.#secret = secret;
+    this.#hash = this.#fresh();
+  }
+
+  update(data: string | ArrayBuffer | ArrayBufferView): void {
+    this.#hash.update(typeof data === 'string' ? data : ArrayBuffer.isView(data) ? new Uint8Array(data.buffer, data.byteOffset, data.byteLength) : new Uint8Array(data));
+  }
+
+  digest(): Promise<Uint8Array> {
+    return Promise.resolve(this.#hash.digest());
+  }
+
+  reset(): void {
+    this.#hash = this.#fresh();
+  }
+
+  #fresh(): Hash | Hmac {
+    return this.#secret === undefined ? createHash('sha256') : createHmac('sha256', hmacKey(this.#secret));
+  }
 }
