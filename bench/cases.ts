@@ -33,8 +33,23 @@ export function pickCases(list: string | undefined): Case[] {
   return cases;
 }
 
-/** The gateway of `checkout` (its built `dist/main.js`) with the production config; `node` flags first (e.g. --cpu-prof). */
-export function startCaseGateway(name: string, checkout: string, mockUrl: string, dir: string, nodeFlags: string[] = []): Promise<Server> {
+/**
+ * The cloud providers on the same mock (its Converse and generateContent answers), for the
+ * translations' bench only: a build from before they existed would refuse the config. A Bedrock
+ * provider signs every request, with keys from the environment (CLOUD_ENV).
+ */
+const cloudProviders = (mockUrl: string) => [
+  { name: 'mock-bedrock', type: 'bedrock', region: 'us-east-1', base_url: mockUrl },
+  { name: 'mock-gemini', type: 'gemini', base_url: mockUrl, api_key: 'bench-gemini-key' },
+];
+const CLOUD_MODELS = [
+  { name: 'converse-bench', provider: 'mock-bedrock', upstream_model: 'meta.llama3-1-8b-instruct-v1:0' },
+  { name: 'gemini-bench', provider: 'mock-gemini', upstream_model: 'gemini-2.0-flash' },
+];
+export const CLOUD_ENV = { AWS_ACCESS_KEY_ID: 'AKIDBENCHEXAMPLE', AWS_SECRET_ACCESS_KEY: 'bench-secret-access-key', AWS_CONFIG_FILE: '/dev/null', AWS_SHARED_CREDENTIALS_FILE: '/dev/null', AWS_EC2_METADATA_DISABLED: 'true' };
+
+/** The gateway of `checkout` (its built `dist/main.js`) with the production config; `node` flags first (e.g. --cpu-prof); `cloud`: with the Bedrock and Gemini providers. */
+export function startCaseGateway(name: string, checkout: string, mockUrl: string, dir: string, nodeFlags: string[] = [], cloud = false): Promise<Server> {
   const file = join(dir, `${name}.yaml`);
   writeFileSync(
     file,
@@ -44,8 +59,9 @@ export function startCaseGateway(name: string, checkout: string, mockUrl: string
       providers: [
         { name: 'mock', type: 'openai', base_url: `${mockUrl}/v1`, api_key: 'sk-upstream-bench' },
         { name: 'mock-anthropic', type: 'anthropic', base_url: mockUrl, api_key: 'sk-upstream-bench' },
+        ...(cloud ? cloudProviders(mockUrl) : []),
       ],
-      models: [{ name: 'bench', provider: 'mock' }, { name: 'claude-bench', provider: 'mock-anthropic' }],
+      models: [{ name: 'bench', provider: 'mock' }, { name: 'claude-bench', provider: 'mock-anthropic' }, ...(cloud ? CLOUD_MODELS : [])],
       keys: [
         { name: 'bench', key: KEYS.plain },
         // Limits that never refuse at the bench's rate: the work of counting them is what is measured.
@@ -57,10 +73,16 @@ export function startCaseGateway(name: string, checkout: string, mockUrl: string
     }),
   );
   let url: string | undefined;
-  return startServer(name, [...nodeFlags, join(checkout, 'dist', 'main.js'), '--config', file], (l) => {
-    if (l.event === 'listener_started' && l.listener === 'proxy') url = `http://${String(l.address)}`;
-    return l.event === 'ready' ? url : undefined;
-  });
+  return startServer(
+    name,
+    [...nodeFlags, join(checkout, 'dist', 'main.js'), '--config', file],
+    (l) => {
+      if (l.event === 'listener_started' && l.listener === 'proxy') url = `http://${String(l.address)}`;
+      return l.event === 'ready' ? url : undefined;
+    },
+    '0',
+    cloud ? CLOUD_ENV : undefined,
+  );
 }
 
 /** wrk's script for a case: its body and headers. */

@@ -1,6 +1,7 @@
 // A mock LLM provider for end-to-end tests and benchmarks. It answers like OpenAI (chat completions,
 // completions, embeddings, responses, models) and like Anthropic (messages, count_tokens, and models
-// in Anthropic's shape when the request carries `anthropic-version`), streaming included, and
+// in Anthropic's shape when the request carries `anthropic-version`), streaming included (and, for
+// the benchmarks, Bedrock's Converse and Gemini's generateContent: mock-cloud-answers.ts), and
 // a request header `x-mock` carrying JSON scripts a different answer: a status and body, a delay
 // before the headers, a scripted SSE stream, a mid-stream reset, a stream ended cleanly before its
 // final event, a dropped connection, a request that is never answered. Every request is recorded (headers, raw body, parsed JSON) together with
@@ -19,6 +20,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { resolve as resolvePath } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { attachRealtime } from './mock-realtime.ts';
+import { cloudAnswer, cloudRoute } from './mock-cloud-answers.ts';
 
 export interface MockRequest {
   method: string;
@@ -572,6 +574,20 @@ async function respondDefault(ex: Exchange, route: string, json: unknown, reply:
   if (method === 'GET' && route === '/models') {
     const body = ex.req.headers['anthropic-version'] === undefined ? MODELS_BODY : anthropicModels(ex.req.url ?? '');
     sendBody(ex, reply.status, JSON_TYPE, body, reply.headers);
+    return;
+  }
+  // Bedrock's Converse and Gemini's generateContent, for the benchmarks of their translations.
+  const cloud = method === 'POST' ? cloudRoute(route) : undefined;
+  if (cloud !== undefined) {
+    const answer = cloudAnswer(cloud, splitText('mock reply', reply.chunks), reply.usage ?? { prompt: 10, completion: 6 });
+    if (answer.parts.length === 1) return void ex.res.writeHead(reply.status, { 'content-type': answer.contentType }).end(answer.parts[0]);
+    ex.res.writeHead(reply.status, { 'content-type': answer.contentType });
+    for (const part of answer.parts) {
+      if (reply.intervalMs > 0) await sleep(ex, reply.intervalMs);
+      if (ex.closed) return;
+      ex.res.write(part);
+    }
+    ex.res.end();
     return;
   }
   const post =
