@@ -39,11 +39,11 @@ export function cloudAnswer(route: CloudRoute, pieces: readonly string[], usage:
       return {
         contentType: 'application/vnd.amazon.eventstream',
         parts: [
-          event('messageStart', { role: 'assistant' }),
-          ...pieces.map((piece) => event('contentBlockDelta', { contentBlockIndex: 0, delta: { text: piece } })),
-          event('contentBlockStop', { contentBlockIndex: 0 }),
-          event('messageStop', { stopReason: 'end_turn' }),
-          event('metadata', { usage: { inputTokens: usage.prompt, outputTokens: usage.completion, totalTokens: usage.prompt + usage.completion }, metrics: { latencyMs: 1 } }),
+          eventStreamMessage('messageStart', { role: 'assistant' }),
+          ...pieces.map((piece) => eventStreamMessage('contentBlockDelta', { contentBlockIndex: 0, delta: { text: piece } })),
+          eventStreamMessage('contentBlockStop', { contentBlockIndex: 0 }),
+          eventStreamMessage('messageStop', { stopReason: 'end_turn' }),
+          eventStreamMessage('metadata', { usage: { inputTokens: usage.prompt, outputTokens: usage.completion, totalTokens: usage.prompt + usage.completion }, metrics: { latencyMs: 1 } }),
         ],
       };
     case 'generate':
@@ -76,7 +76,7 @@ function geminiUsage(usage: { prompt: number; completion: number }): object {
  * One message of AWS's event stream encoding: a prelude (total length, headers length, its CRC32),
  * string headers (name length, name, type 7, value length, value), the payload, the message's CRC32.
  */
-function event(type: string, payload: object): Buffer {
+export function eventStreamMessage(type: string, payload: object): Buffer {
   const headers = Buffer.concat([header(':event-type', type), header(':content-type', 'application/json'), header(':message-type', 'event')]);
   const body = Buffer.from(JSON.stringify(payload));
   const total = 12 + headers.length + body.length + 4;

@@ -14,6 +14,10 @@ import fc from 'fast-check';
 import { chatStreamTranslator, chatToMessages } from '../../src/translate/chat-to-messages.ts';
 import { messagesToChat } from '../../src/translate/messages-to-chat.ts';
 import { responsesToMessages } from '../../src/translate/responses-to-messages.ts';
+import { converseTranslation } from '../../src/translate/messages-to-converse.ts';
+import { geminiTranslation } from '../../src/translate/messages-to-gemini.ts';
+import { bedrockEmbeddingsTranslation } from '../../src/translate/embeddings-to-bedrock.ts';
+import { geminiEmbeddingsTranslation } from '../../src/translate/embeddings-to-gemini.ts';
 import { SseParser, type SseEvent } from '../../src/translate/sse.ts';
 import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type Translator } from '../../src/translate/types.ts';
 
@@ -428,7 +432,24 @@ const TRANSLATORS: readonly { name: string; translator: Translator; body: (hosti
   { name: 'chatToMessages', translator: chatToMessages, body: chatBody },
   { name: 'messagesToChat', translator: messagesToChat, body: messagesBody },
   { name: 'responsesToMessages', translator: responsesToMessages, body: responsesBody },
+  { name: 'messagesToConverse', translator: converseTranslation('m'), body: messagesBody },
+  { name: 'messagesToGemini', translator: geminiTranslation('m'), body: messagesBody },
+  { name: 'embeddingsToBedrock (Titan)', translator: upstream(bedrockEmbeddingsTranslation({}), 'amazon.titan-embed-text-v2:0'), body: embeddingsBody },
+  { name: 'embeddingsToBedrock (Cohere)', translator: upstream(bedrockEmbeddingsTranslation({ encoding_format: 'base64' }), 'cohere.embed-english-v3'), body: embeddingsBody },
+  { name: 'embeddingsToGemini', translator: geminiEmbeddingsTranslation({ encoding_format: 'base64' }, 'm'), body: embeddingsBody },
 ];
+
+/** The translator with its requests made for `model` (an embeddings translation picks the body by the upstream model). */
+function upstream(translator: Translator, model: string): Translator {
+  return { ...translator, request: (body: Json) => translator.request(body, model) };
+}
+
+/** An OpenAI embeddings request, hostile or not. */
+function embeddingsBody(hostility: number): fc.Arbitrary<Json> {
+  const input = sometimes(hostility, fc.oneof(str, fc.constant(['one'])), fc.oneof(list(str, 5), list(fc.integer({ min: 0, max: 100_000 })), list(list(fc.integer({ min: 0, max: 9 }))), wild));
+  const dimensions = sometimes(hostility, fc.constantFrom(256, 512, 1024), num);
+  return loose({ model: str, input, dimensions, encoding_format: pick(hostility, ['float', 'base64'], PROTO_KEYS), user: str }, { required: ['model', 'input'], hostility });
+}
 
 /** request(): a TranslatedRequest of plain JSON, or a TranslationError. Returns whether it translated. */
 function requestContract(translator: Translator, body: Json): boolean {
@@ -446,7 +467,8 @@ function requestContract(translator: Translator, body: Json): boolean {
   }
   assert.ok(out !== null && typeof out === 'object', 'request() returned no object');
   assert.ok(out.body !== null && typeof out.body === 'object' && !Array.isArray(out.body), 'body is not an object');
-  assert.equal(out.body.model, 'm');
+  // The upstream model (an embeddings translation's, its own: see `upstream`), not the client's.
+  assert.ok(out.body.model === 'm' || (translator.from === 'embeddings' && typeof out.body.model === 'string' && out.body.model !== body.model), `model ${show(out.body.model)}`);
   let text: string;
   try {
     text = JSON.stringify(out.body);
@@ -555,6 +577,9 @@ const OUTPUT_CHECKS: Record<string, (events: SseEvent[], outcome: StreamOutcome 
     else assert.equal(events.at(-1)?.event, outcome === 'complete' ? 'message_stop' : 'error', `the last event is ${events.at(-1)?.event}`);
     if (events.length > 0 && events[0]!.event !== 'error') assert.equal(events[0]!.event, 'message_start');
   },
+  // Converse's and Gemini's streams come out as Anthropic's events, with the same rules.
+  messagesToConverse: (events, outcome) => OUTPUT_CHECKS.messagesToChat!(events, outcome),
+  messagesToGemini: (events, outcome) => OUTPUT_CHECKS.messagesToChat!(events, outcome),
   // Responses events: named as their type, sequence numbers 0, 1, 2…, one terminal event, last (none when cut).
   responsesToMessages(events, outcome) {
     assert.notEqual(outcome, undefined, 'the translator says how the upstream ended');
@@ -619,6 +644,34 @@ function anthropicEvent(hostility: number): fc.Arbitrary<Json> {
     o({ type: fc.constant('message_stop') }, ['type']),
     o({ type: fc.constant('ping') }, ['type']),
     o({ type: fc.constant('error'), error: o({ type: pick(hostility, ['overloaded_error', 'api_error'], PROTO_KEYS), message: str }) }, ['type', 'error']),
+  );
+}
+
+/** A Converse stream event as the Bedrock provider relays it: its name also in `type`, which the translator ignores. */
+function converseEvent(hostility: number): fc.Arbitrary<Json> {
+  const o = (fields: Record<string, fc.Arbitrary<unknown>>, required?: string[]) => loose(fields, { required, hostility });
+  const index = fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 0, max: 3 }) }, { weight: 1, arbitrary: fc.constantFrom(-1, 1.5, 1e9) });
+  const usage = o({ inputTokens: num, outputTokens: num, totalTokens: num, cacheReadInputTokens: num, cacheWriteInputTokens: num });
+  return fc.oneof(
+    o({ type: fc.constant('messageStart'), role: fc.constant('assistant') }, ['type']),
+    o({ type: fc.constant('contentBlockStart'), contentBlockIndex: index, start: o({ toolUse: o({ toolUseId: str, name: str }) }) }, ['type']),
+    o({ type: fc.constant('contentBlockDelta'), contentBlockIndex: index, delta: o({ text: str, toolUse: o({ input: fc.constantFrom('{"a":', '1}', '', '{}', ...ARGUMENT_TEXTS.slice(0, 8)) }), reasoningContent: o({ text: str, signature: str, redactedContent: str }) }) }, ['type']),
+    o({ type: fc.constant('contentBlockStop'), contentBlockIndex: index }, ['type']),
+    o({ type: fc.constant('messageStop'), stopReason: fc.constantFrom('end_turn', 'tool_use', 'max_tokens', 'stop_sequence', 'guardrail_intervened', 'content_filtered', ...PROTO_KEYS), additionalModelResponseFields: wild }, ['type']),
+    o({ type: fc.constant('metadata'), usage, metrics: o({ latencyMs: num }) }, ['type']),
+    o({ type: fc.constantFrom('modelStreamErrorException', 'throttlingException'), message: str, originalStatusCode: num }, ['type']),
+  );
+}
+
+/** A chunk of Gemini's streamGenerateContent. */
+function geminiChunk(hostility: number): fc.Arbitrary<Json> {
+  const o = (fields: Record<string, fc.Arbitrary<unknown>>, required?: string[]) => loose(fields, { required, hostility });
+  const part = o({ text: str, thought: fc.boolean(), thoughtSignature: str, functionCall: o({ name: str, args: wild, id: str }) });
+  const candidate = o({ content: o({ role: fc.constant('model'), parts: list(part, 3) }), finishReason: fc.constantFrom('STOP', 'MAX_TOKENS', 'SAFETY', 'RECITATION', 'OTHER', ...PROTO_KEYS), index: num });
+  return fc.oneof(
+    o({ candidates: list(candidate, 2), usageMetadata: o({ promptTokenCount: num, candidatesTokenCount: num, thoughtsTokenCount: num, cachedContentTokenCount: num }), modelVersion: str, responseId: str }),
+    o({ promptFeedback: o({ blockReason: fc.constantFrom('SAFETY', 'OTHER', ...PROTO_KEYS) }), usageMetadata: o({ promptTokenCount: num }) }),
+    o({ error: o({ code: num, message: str, status: str }) }, ['error']),
   );
 }
 
@@ -698,6 +751,13 @@ const STREAMS: readonly { name: string; make: () => StreamTranslator; events: (h
   },
   { name: 'messagesToChat', make: () => messagesToChat.stream(), events: openaiChunk, names: ['error', 'message', 'ping'] },
   {
+    name: 'messagesToConverse',
+    make: () => converseTranslation('m').stream(),
+    events: converseEvent,
+    names: ['messageStart', 'contentBlockStart', 'contentBlockDelta', 'contentBlockStop', 'messageStop', 'metadata', 'modelStreamErrorException', 'throttlingException'],
+  },
+  { name: 'messagesToGemini', make: () => geminiTranslation('m').stream(), events: geminiChunk, names: ['message', 'error'] },
+  {
     name: 'responsesToMessages',
     make: () => responsesToMessages.stream(),
     events: anthropicEvent,
@@ -775,7 +835,7 @@ for (const { name, translator, body } of TRANSLATORS) {
 describe('Object.prototype names in requests and answers', () => {
   test('as top-level keys they are unknown parameters, refused with a TranslationError naming them', () => {
     for (const { name, translator } of TRANSLATORS) {
-      const base: Json = name === 'responsesToMessages' ? { input: 'hi' } : { messages: [{ role: 'user', content: 'hi' }] };
+      const base: Json = name === 'responsesToMessages' || name.startsWith('embeddings') ? { input: 'hi' } : { messages: [{ role: 'user', content: 'hi' }] };
       for (const key of PROTO_KEYS) {
         for (const value of [1, 'x', null, [], {}]) {
           const body = objectOf([...Object.entries(base), [key, value]]);
@@ -877,7 +937,21 @@ for (const { name, translator } of TRANSLATORS) {
         usage: o({ prompt_tokens: num, completion_tokens: num, prompt_tokens_details: o({ cached_tokens: num }) }),
       });
       const thrown: string[] = [];
-      check(translator.to === 'chat' ? chatAnswer : anthropicAnswer, (value) => responseContract(translator, value, thrown), 500);
+      const converseAnswer = o({
+        output: o({ message: o({ role: fc.constant('assistant'), content: list(o({ text: str, toolUse: o({ toolUseId: str, name: str, input: wild }), reasoningContent: o({ reasoningText: o({ text: str, signature: str }) }) }), 3) }) }),
+        stopReason: fc.constantFrom('end_turn', 'tool_use', 'max_tokens', 'stop_sequence', 'guardrail_intervened', ...PROTO_KEYS),
+        usage: o({ inputTokens: num, outputTokens: num, cacheReadInputTokens: num, cacheWriteInputTokens: num }),
+      });
+      const geminiAnswer = o({
+        candidates: list(o({ content: o({ role: fc.constant('model'), parts: list(o({ text: str, thought: fc.boolean(), functionCall: o({ name: str, args: wild, id: str }) }), 3) }), finishReason: fc.constantFrom('STOP', 'MAX_TOKENS', 'SAFETY', ...PROTO_KEYS) }), 2),
+        promptFeedback: o({ blockReason: fc.constantFrom('SAFETY', ...PROTO_KEYS) }),
+        usageMetadata: o({ promptTokenCount: num, candidatesTokenCount: num, thoughtsTokenCount: num, cachedContentTokenCount: num }),
+        modelVersion: str,
+        responseId: str,
+      });
+      const embeddingAnswer = o({ embedding: list(num, 4), inputTextTokenCount: num, embeddings: fc.oneof(list(list(num, 4), 3), o({ float: list(list(num, 4), 3) }), list(o({ values: list(num, 4) }), 3)) });
+      const answers: Partial<Record<string, fc.Arbitrary<Json>>> = { chat: chatAnswer, converse: converseAnswer, generate_content: geminiAnswer, bedrock_embeddings: embeddingAnswer, embed_content: embeddingAnswer };
+      check(answers[translator.to] ?? anthropicAnswer, (value) => responseContract(translator, value, thrown), 500);
       assert.deepEqual(thrown, [], 'an answer-shaped object never makes response() throw');
     });
 
