@@ -4,7 +4,12 @@
 // and the v1 API (`/openai/v1/...`, no `api-version`, the deployment in the body's `model`).
 // Credentials are Azure's: the `api-key` header, or `Authorization: Bearer <token>` with a token
 // that the mock's own Microsoft Entra ID endpoint (`POST /{tenant}/oauth2/v2.0/token`, client
-// credentials with a secret or a federated assertion) issued and that has not expired.
+// credentials with a secret or a federated assertion) issued and that has not expired. The tenant's
+// OpenID discovery document (`GET /{tenant}/v2.0/.well-known/openid-configuration`) names that
+// endpoint under the origin it was asked at. MSAL (in @azure/identity) takes only an https
+// authority: with the `tls` option the mock also listens over TLS (`authorityHost`), the same
+// service on both ports. Instance discovery is not served: MSAL asks login.microsoftonline.com for
+// it, never the authority itself, and skips it with `disableInstanceDiscovery`.
 //
 // Answers carry what Azure adds to OpenAI's shapes: `prompt_filter_results`, per-choice
 // `content_filter_results`, `prompt_tokens_details.cached_tokens`, a first stream chunk with
@@ -14,14 +19,19 @@
 //
 // Triggers: a prompt containing FILTER_PROMPT is refused (400 content_filter); one containing
 // FILTER_OUTPUT is answered with `finish_reason: "content_filter"`; the request header
-// `x-mock-azure: rate_limited | server_error` (or the `fail` option/method) answers 429 or 500.
+// `x-mock-azure: rate_limited | server_error` (or the `fail` option/method) answers 429 or 500;
+// `failTokens(true)` makes the token endpoint refuse every grant as Entra ID refuses an expired
+// secret (or an assertion out of its time range) until `failTokens(false)`.
 // Every request is recorded (method, path, query, headers, parsed body), token requests included.
 //
 // Only node: built-ins and erasable TypeScript: Node runs this file by type stripping.
 
-import { createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import { createServer as createTlsServer } from 'node:https';
+import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
+import type { TLSSocket } from 'node:tls';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
 
 export type AzureFailure = 'rate_limited' | 'server_error';
@@ -44,6 +54,10 @@ export interface MockAzureOpenAIOptions {
   chunks?: number;
   /** Token counts reported in `usage` (default 13 prompt, 7 completion, 0 cached). */
   usage?: { prompt: number; completion: number; cached: number };
+  /** The pause between the events of a streamed chat answer, in ms (default 0: the whole stream at once). */
+  chunkDelayMs?: number;
+  /** Also listen over TLS (the authority MSAL requires): the certificate and key files (test/support/certs.ts's `server`). */
+  tls?: { cert: string; key: string };
   /** Answer every model request with this failure (see also `fail()`). */
   fail?: AzureFailure;
   /** The `retry-after` of a 429, in seconds (default 6). */
@@ -61,6 +75,12 @@ export interface AzureRequest {
   body: unknown;
 }
 
+export interface IssuedToken {
+  token: string;
+  issuedAt: number;
+  expiresAt: number;
+}
+
 export interface MockAzureOpenAI {
   /** http://127.0.0.1:PORT, the resource endpoint (what `AzureOpenAI({ endpoint })` takes). */
   url: string;
@@ -74,12 +94,18 @@ export interface MockAzureOpenAI {
   tokenUrl: string;
   /** The scope a token must be asked for. */
   scope: string;
+  /** With the `tls` option: https://127.0.0.1:PORT, the Entra ID authority host (`AZURE_AUTHORITY_HOST`); otherwise undefined. */
+  authorityHost: string | undefined;
   /** Every request, in arrival order. */
   requests: AzureRequest[];
   /** How many token requests the token endpoint answered (issued or refused). */
   readonly tokenRequests: number;
+  /** Every access token issued, in order, with when (ms since the epoch) and until when. */
+  issued: IssuedToken[];
   /** Makes every token issued so far expired. */
   expireTokens(): void;
+  /** true: the token endpoint refuses every grant (an expired secret, an assertion out of its time range); false: back to normal. */
+  failTokens(failing: boolean): void;
   /** Answers every following model request with this failure; undefined: back to normal. */
   fail(failure: AzureFailure | undefined): void;
   /** Forgets the recorded requests and the token count. */
@@ -113,10 +139,12 @@ const SERVER_500 = 'The server had an error processing your request. Sorry about
 type Json = Record<string, unknown>;
 interface Ctx { state: State; req: IncomingMessage; res: ServerResponse; body: unknown; apiVersion: string }
 interface State {
-  opts: Required<Omit<MockAzureOpenAIOptions, 'fail'>> & { fail: AzureFailure | undefined };
+  opts: Required<Omit<MockAzureOpenAIOptions, 'fail' | 'tls'>> & { fail: AzureFailure | undefined };
   requests: AzureRequest[];
   tokens: Map<string, number>; // access token → expiry (ms since epoch)
+  issued: IssuedToken[];
   tokenRequests: number;
+  failTokens: boolean;
 }
 
 export function startMockAzureOpenAI(options: MockAzureOpenAIOptions = {}): Promise<MockAzureOpenAI> {
@@ -133,36 +161,48 @@ export function startMockAzureOpenAI(options: MockAzureOpenAIOptions = {}): Prom
       chunks: Math.max(1, options.chunks ?? 3),
       usage: options.usage ?? { prompt: 13, completion: 7, cached: 0 },
       retryAfterSec: options.retryAfterSec ?? 6,
+      chunkDelayMs: options.chunkDelayMs ?? 0,
       fail: options.fail,
     },
     requests: [],
     tokens: new Map(),
+    issued: [],
     tokenRequests: 0,
+    failTokens: false,
   };
-  const server = createServer((req, res) => {
+  const handler = (req: IncomingMessage, res: ServerResponse): void => {
     const parts: Buffer[] = [];
     req.on('data', (chunk: Buffer) => parts.push(chunk));
     req.on('end', () => onRequest(state, req, res, Buffer.concat(parts).toString('utf8')));
+  };
+  const servers: Server[] = [createServer(handler)];
+  if (options.tls) servers.push(createTlsServer({ cert: readFileSync(options.tls.cert), key: readFileSync(options.tls.key) }, handler));
+  return Promise.all(servers.map(listen)).then(([port, tlsPort]) => {
+    const url = `http://127.0.0.1:${port!}`;
+    const { opts } = state;
+    let closing: Promise<void> | undefined;
+    return {
+      url, port: port!, apiKey: opts.apiKey, tenant: opts.tenant, clientId: opts.clientId,
+      clientSecret: opts.clientSecret, clientAssertion: opts.clientAssertion,
+      tokenUrl: `${url}/${opts.tenant}/oauth2/v2.0/token`, scope: AZURE_SCOPE,
+      authorityHost: tlsPort === undefined ? undefined : `https://127.0.0.1:${tlsPort}`,
+      requests: state.requests,
+      get tokenRequests() { return state.tokenRequests; },
+      issued: state.issued,
+      expireTokens: () => { for (const token of state.tokens.keys()) state.tokens.set(token, 0); },
+      failTokens: (failing) => { state.failTokens = failing; },
+      fail: (failure) => { opts.fail = failure; },
+      reset: () => { state.requests.length = 0; state.tokenRequests = 0; },
+      close: () => (closing ??= Promise.all(servers.map((server) => new Promise<void>((done) => { server.close(() => done()); server.closeAllConnections(); }))).then(() => undefined)),
+    };
   });
+}
+
+/** Listens on a free port of 127.0.0.1; resolves with the port. */
+function listen(server: Server): Promise<number> {
   return new Promise((resolve, reject) => {
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const port = (server.address() as AddressInfo).port;
-      const url = `http://127.0.0.1:${port}`;
-      const { opts } = state;
-      let closing: Promise<void> | undefined;
-      resolve({
-        url, port, apiKey: opts.apiKey, tenant: opts.tenant, clientId: opts.clientId,
-        clientSecret: opts.clientSecret, clientAssertion: opts.clientAssertion,
-        tokenUrl: `${url}/${opts.tenant}/oauth2/v2.0/token`, scope: AZURE_SCOPE,
-        requests: state.requests,
-        get tokenRequests() { return state.tokenRequests; },
-        expireTokens: () => { for (const token of state.tokens.keys()) state.tokens.set(token, 0); },
-        fail: (failure) => { opts.fail = failure; },
-        reset: () => { state.requests.length = 0; state.tokenRequests = 0; },
-        close: () => (closing ??= new Promise<void>((done) => { server.close(() => done()); server.closeAllConnections(); })),
-      });
-    });
+    server.listen(0, '127.0.0.1', () => resolve((server.address() as AddressInfo).port));
   });
 }
 
@@ -172,6 +212,7 @@ export function startMockAzureOpenAI(options: MockAzureOpenAIOptions = {}): Prom
 const DEPLOYMENT_ROUTE = /^\/openai\/deployments\/([^/]+)\/(chat\/completions|completions|embeddings)$/;
 const V1_ROUTE = /^\/openai\/v1\/(chat\/completions|embeddings|responses|models)$/;
 const TOKEN_ROUTE = /^\/([^/]+)\/oauth2\/v2\.0\/token$/;
+const DISCOVERY_ROUTE = /^\/([^/]+)\/v2\.0\/\.well-known\/openid-configuration$/;
 
 function onRequest(state: State, req: IncomingMessage, res: ServerResponse, raw: string): void {
   const url = new URL(req.url ?? '/', 'http://mock');
@@ -188,6 +229,8 @@ function onRequest(state: State, req: IncomingMessage, res: ServerResponse, raw:
 
   const token = TOKEN_ROUTE.exec(path);
   if (token !== null && req.method === 'POST') return issueToken(ctx, token[1]!);
+  const discovery = DISCOVERY_ROUTE.exec(path);
+  if (discovery !== null && req.method === 'GET') return openIdConfiguration(ctx, discovery[1]!);
   const dep = DEPLOYMENT_ROUTE.exec(path);
   const v1 = V1_ROUTE.exec(path);
   const post = req.method === 'POST';
@@ -258,29 +301,68 @@ function rateLimited(ctx: Ctx, operation: string): void {
 // ---------------------------------------------------------------------------------------------------
 // Microsoft Entra ID: the client credentials grant, with a secret or a (federated) client assertion
 
+/** Entra ID's error body: `AADSTS<code>` and the trace ids in the description, and the same fields apart. */
+function entraError(ctx: Ctx, status: number, error: string, code: number, text: string): void {
+  const trace = randomUUID();
+  const correlation = randomUUID();
+  const timestamp = new Date().toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
+  send(ctx, status, {
+    error, error_description: `AADSTS${code}: ${text} Trace ID: ${trace} Correlation ID: ${correlation} Timestamp: ${timestamp}`,
+    error_codes: [code], timestamp, trace_id: trace, correlation_id: correlation, error_uri: `https://login.microsoftonline.com/error?code=${code}`,
+  });
+}
+
+/** The tenant's OpenID Connect discovery document (v2.0), its endpoints under the origin it was asked at. */
+function openIdConfiguration(ctx: Ctx, tenant: string): void {
+  if (tenant !== ctx.state.opts.tenant) {
+    return entraError(ctx, 400, 'invalid_tenant', 90002, `Tenant '${tenant}' not found. Check to make sure you have the correct tenant ID and are signing into the correct cloud.`);
+  }
+  const scheme = (ctx.req.socket as Partial<TLSSocket>).encrypted === true ? 'https' : 'http';
+  const base = `${scheme}://${ctx.req.headers.host ?? '127.0.0.1'}/${tenant}`;
+  send(ctx, 200, {
+    token_endpoint: `${base}/oauth2/v2.0/token`,
+    token_endpoint_auth_methods_supported: ['client_secret_post', 'private_key_jwt', 'client_secret_basic'],
+    jwks_uri: `${base}/discovery/v2.0/keys`,
+    response_modes_supported: ['query', 'fragment', 'form_post'],
+    subject_types_supported: ['pairwise'],
+    id_token_signing_alg_values_supported: ['RS256'],
+    response_types_supported: ['code', 'id_token', 'code id_token', 'id_token token'],
+    scopes_supported: ['openid', 'profile', 'email', 'offline_access'],
+    issuer: `${base}/v2.0`,
+    request_uri_parameter_supported: false,
+    userinfo_endpoint: 'https://graph.microsoft.com/oidc/userinfo',
+    authorization_endpoint: `${base}/oauth2/v2.0/authorize`,
+    device_authorization_endpoint: `${base}/oauth2/v2.0/devicecode`,
+    http_logout_supported: true,
+    frontchannel_logout_supported: true,
+    end_session_endpoint: `${base}/oauth2/v2.0/logout`,
+    claims_supported: ['sub', 'iss', 'cloud_instance_name', 'cloud_instance_host_name', 'cloud_graph_host_name', 'msgraph_host', 'aud', 'exp', 'iat', 'auth_time', 'acr', 'nonce', 'preferred_username', 'name', 'tid', 'ver', 'at_hash', 'c_hash', 'email'],
+    kerberos_endpoint: `${base}/kerberos`,
+    tenant_region_scope: 'EU',
+    cloud_instance_name: 'microsoftonline.com',
+    cloud_graph_host_name: 'graph.windows.net',
+    msgraph_host: 'graph.microsoft.com',
+    rbac_url: 'https://pas.windows.net',
+  });
+}
+
 function issueToken(ctx: Ctx, tenant: string): void {
   const { opts } = ctx.state;
   ctx.state.tokenRequests++;
   const form = (isObject(ctx.body) ? ctx.body : {}) as Record<string, string | undefined>;
-  const refuse = (status: number, error: string, code: number, text: string): void => {
-    const trace = randomUUID();
-    const correlation = randomUUID();
-    const timestamp = new Date().toISOString().replace('T', ' ').replace(/\.\d+Z$/, 'Z');
-    send(ctx, status, {
-      error, error_description: `AADSTS${code}: ${text} Trace ID: ${trace} Correlation ID: ${correlation} Timestamp: ${timestamp}`,
-      error_codes: [code], timestamp, trace_id: trace, correlation_id: correlation, error_uri: `https://login.microsoftonline.com/error?code=${code}`,
-    });
-  };
+  const refuse = (status: number, error: string, code: number, text: string): void => entraError(ctx, status, error, code, text);
   if (tenant !== opts.tenant) return refuse(400, 'invalid_request', 90002, `Tenant '${tenant}' not found.`);
   if (form.grant_type !== 'client_credentials') return refuse(400, 'unsupported_grant_type', 70003, 'The app requested an unsupported grant type.');
   if (form.client_id !== opts.clientId) return refuse(400, 'unauthorized_client', 700016, `Application with identifier '${form.client_id}' was not found in the directory.`);
   if (form.scope !== AZURE_SCOPE) return refuse(400, 'invalid_scope', 70011, `The provided value for the input parameter 'scope' is not valid. The scope ${form.scope} is not valid.`);
   if (form.client_secret !== undefined) {
     if (form.client_secret !== opts.clientSecret) return refuse(401, 'invalid_client', 7000215, 'Invalid client secret provided.');
+    if (ctx.state.failTokens) return refuse(401, 'invalid_client', 7000222, `The provided client secret keys for app '${opts.clientId}' are expired. Visit the Azure portal to create new keys for your app: https://aka.ms/NewClientSecret, or consider using certificate credentials for added security: https://aka.ms/certCreds.`);
   } else if (form.client_assertion !== undefined) {
     if (form.client_assertion_type !== ASSERTION_TYPE || form.client_assertion !== opts.clientAssertion) {
       return refuse(400, 'invalid_client', 70021, 'No matching federated identity record found for presented assertion.');
     }
+    if (ctx.state.failTokens) return refuse(400, 'invalid_client', 700024, 'Client assertion is not within its valid time range.');
   } else {
     return refuse(401, 'invalid_client', 7000218, "The request body must contain the following parameter: 'client_assertion' or 'client_secret'.");
   }
@@ -289,7 +371,9 @@ function issueToken(ctx: Ctx, tenant: string): void {
   const b64 = (v: Json): string => Buffer.from(JSON.stringify(v)).toString('base64url');
   const claims = { aud: 'https://cognitiveservices.azure.com', iss: `https://sts.windows.net/${tenant}/`, iat: now, nbf: now, exp: now + lifetime, appid: opts.clientId, tid: tenant, jti: randomUUID() };
   const accessToken = `${b64({ typ: 'JWT', alg: 'RS256' })}.${b64(claims)}.${randomBytes(32).toString('base64url')}`;
-  ctx.state.tokens.set(accessToken, Date.now() + lifetime * 1000);
+  const issuedAt = Date.now();
+  ctx.state.tokens.set(accessToken, issuedAt + lifetime * 1000);
+  ctx.state.issued.push({ token: accessToken, issuedAt, expiresAt: issuedAt + lifetime * 1000 });
   send(ctx, 200, { token_type: 'Bearer', expires_in: lifetime, ext_expires_in: lifetime, access_token: accessToken });
 }
 
@@ -360,7 +444,20 @@ function streamChat(ctx: Ctx, model: string, text: string, filtered: boolean): v
   ];
   if (withUsage) events.push({ ...base, choices: [], usage: usage(state) });
   res.writeHead(200, { ...azureHeaders(ctx), 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
-  res.end(events.map((e) => `data: ${JSON.stringify(e)}\n\n`).join('') + 'data: [DONE]\n\n');
+  const frames = [...events.map((e) => `data: ${JSON.stringify(e)}\n\n`), 'data: [DONE]\n\n'];
+  const delay = state.opts.chunkDelayMs;
+  if (delay <= 0) return void res.end(frames.join(''));
+  // Paced: one event per pause, stopped if the caller leaves.
+  let next = 0;
+  const timer = setInterval(() => {
+    if (res.destroyed) return clearInterval(timer);
+    res.write(frames[next++]!);
+    if (next === frames.length) {
+      clearInterval(timer);
+      res.end();
+    }
+  }, delay);
+  res.once('close', () => clearInterval(timer));
 }
 
 function response(state: State, model: string, text: string): Json {

@@ -1,11 +1,14 @@
 // Azure OpenAI: OpenAI's API served by an Azure resource. With `api_version`, a request goes to
 // its deployment (`/openai/deployments/{model}/…?api-version=…`: a target's model is the
 // deployment's name); without, to the v1 API (`/openai/v1/…`, the deployment named in the body).
-// The key goes in the `api-key` header.
+// With `auth: api_key` (the default) the key goes in the `api-key` header; with `auth: entra_id`,
+// a Microsoft Entra ID token of the gateway's own identity (entra-token.ts) in `Authorization`.
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
 import type { Endpoint, ProviderEnvironment, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
 import { PooledProvider } from '../pooled-provider.ts';
+import type { RefreshingCredential } from '../refreshing-credential.ts';
 import { openaiModelList } from '../openai/adapter.ts';
+import { entraAccessToken } from './entra-token.ts';
 
 /** What each endpoint is called under a deployment, and in the v1 API. */
 const OPERATIONS: Partial<Record<Endpoint, string>> = {
@@ -18,15 +21,25 @@ const OPERATIONS: Partial<Record<Endpoint, string>> = {
 export class AzureOpenAIProvider extends PooledProvider {
   readonly type = 'azure_openai';
   readonly api = 'openai';
+  /** The config's headers, and the key (`api_key`); a token is added to them per request (`entra_id`). */
   readonly #credentials: Record<string, string>;
+  /** `auth: entra_id`: the Entra ID access token; undefined: the key. */
+  readonly #token: RefreshingCredential<string> | undefined;
   /** The data-plane API version (deployment paths), or undefined: the v1 API. */
   readonly #version: string | undefined;
 
-  constructor(config: ProviderConfig, upstream: UpstreamConfig, _env?: ProviderEnvironment) {
+  constructor(config: ProviderConfig, upstream: UpstreamConfig, env?: ProviderEnvironment) {
     super(config.name, config.base_url!, upstream);
     this.#version = config.api_version;
     this.#credentials = { ...config.headers };
-    if (config.api_key) this.#credentials['api-key'] = config.api_key;
+    if (config.auth === 'entra_id') {
+      if (env === undefined) throw new Error(`provider "${config.name}": auth entra_id needs the providers' environment`);
+      this.#token = entraAccessToken(config.name, env.events, env.clock);
+      // Fetched now, so that a realtime session (which cannot wait for one) finds a token held.
+      void this.#token.get().catch(() => undefined);
+    } else if (config.api_key) {
+      this.#credentials['api-key'] = config.api_key;
+    }
   }
 
   supports(endpoint: Endpoint): boolean {
@@ -34,7 +47,21 @@ export class AzureOpenAIProvider extends PooledProvider {
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
-    this.pool.send(this.#path(request.endpoint, request.json.model), request, this.#credentials, handler);
+    const path = this.#path(request.endpoint, request.json.model);
+    if (this.#token === undefined) return this.pool.send(path, request, this.#credentials, handler);
+    const ready = this.#token.get().then((token) => ({
+      path,
+      headers: {
+        ...request.headers,
+        ...this.#credentials,
+        authorization: `Bearer ${token}`,
+        'content-type': 'application/json',
+        'content-length': String(request.body.length),
+        'x-request-id': request.requestId,
+      },
+      body: request.body,
+    }));
+    this.pool.sendWhenReady(ready, handler);
   }
 
   /** Where an endpoint's request goes; `model` is the deployment. */
@@ -50,10 +77,15 @@ export class AzureOpenAIProvider extends PooledProvider {
   /** v1: `GET /openai/v1/models`; with an API version, the resource's models (`GET /openai/models`). */
   async listModels(signal: AbortSignal): Promise<UpstreamModel[]> {
     const path = this.#version === undefined ? '/openai/v1/models' : `/openai/models?api-version=${encodeURIComponent(this.#version)}`;
-    return openaiModelList(await this.pool.getJson(path, this.#credentials, signal));
+    const credentials = this.#token === undefined ? this.#credentials : { ...this.#credentials, authorization: `Bearer ${await this.#token.get()}` };
+    return openaiModelList(await this.pool.getJson(path, credentials, signal));
   }
 
-  /** The realtime API: the deployment is the client's `model`. */
+  /**
+   * The realtime API: the deployment is the client's `model`. The handshake is built without
+   * waiting, so with `entra_id` it carries the token held now; with none held (the first fetch not
+   * done, or failing) it goes without one and Azure refuses it (401).
+   */
   realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
     const url = new URL(`${this.pool.origin}${this.pool.basePath}${this.#version === undefined ? '/openai/v1/realtime' : '/openai/realtime'}`);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
@@ -65,6 +97,7 @@ export class AzureOpenAIProvider extends PooledProvider {
       if (model !== null) params.set('deployment', model);
     }
     url.search = params.toString();
-    return { url: url.toString(), headers: this.#credentials };
+    const token = this.#token?.current();
+    return { url: url.toString(), headers: token === undefined ? this.#credentials : { ...this.#credentials, authorization: `Bearer ${token}` } };
   }
 }
