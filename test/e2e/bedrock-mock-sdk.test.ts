@@ -19,7 +19,7 @@ import {
 import type { ContentBlock, ConverseStreamOutput, Message, ResponseStream } from '@aws-sdk/client-bedrock-runtime';
 import { fromContainerMetadata, fromHttp, fromInstanceMetadata, fromTokenFile, fromWebToken } from '@aws-sdk/credential-providers';
 import { NodeHttpHandler } from '@smithy/node-http-handler';
-import { Hash } from '@smithy/hash-node';
+import { Hash } from '@smithy/core/serde';
 import { SignatureV4 } from '@smithy/signature-v4';
 import { startMockBedrock, type AwsCredentials, type BedrockRequest, type MockBedrock } from '../support/mock-bedrock.ts';
 

@@ -8,7 +8,7 @@
 // Every model request must carry a valid AWS Signature Version 4 (service `bedrock`, the mock's
 // region) made with credentials the mock knows; the signature is recomputed with
 // `@smithy/signature-v4` over the request as received and compared. Streams are the binary AWS
-// event stream (`@smithy/eventstream-codec`), with Bedrock's `:event-type`/`:message-type` headers
+// event stream (`@smithy/core/event-streams`), with Bedrock's `:event-type`/`:message-type` headers
 // and modeled exceptions (`:message-type: exception`) mid-stream. Errors are Bedrock's: JSON
 // `{"message"}` and the `x-amzn-errortype` header the SDK maps onto its exception classes.
 //
@@ -37,11 +37,11 @@ import { createServer as createTcpServer } from 'node:net';
 import type { AddressInfo, Socket } from 'node:net';
 import { Duplex } from 'node:stream';
 import { createHash, randomBytes, randomUUID } from 'node:crypto';
-import { EventStreamCodec } from '@smithy/eventstream-codec';
-import type { MessageHeaders } from '@smithy/eventstream-codec';
-import { Hash } from '@smithy/hash-node';
+import { EventStreamCodec } from '@smithy/core/event-streams';
+import type { MessageHeaders } from '@smithy/core/event-streams';
+import { Hash } from '@smithy/core/serde';
 import { SignatureV4 } from '@smithy/signature-v4';
-import { fromUtf8, toUtf8 } from '@smithy/util-utf8';
+import { fromUtf8, toUtf8 } from '@smithy/core/serde';
 
 /** An HTTP error answered before any output. */
 export type BedrockFailure =
