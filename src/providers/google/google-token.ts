@@ -15,9 +15,10 @@ const LIBRARY_REFRESH_AHEAD_MS = 5 * 60_000;
 /** When the library does not say a token's expiry: Google's tokens last an hour. */
 const DEFAULT_LIFETIME_MS = 55 * 60_000;
 
-export function googleAccessToken(provider: string, events: CredentialEvents, clock: Clock): RefreshingCredential<string> {
+/** `project`: the provider's, given to the library so that it never looks for one (gcloud, the metadata server). */
+export function googleAccessToken(provider: string, project: string, events: CredentialEvents, clock: Clock): RefreshingCredential<string> {
   const { GoogleAuth } = require('google-auth-library') as typeof import('google-auth-library');
-  const auth = new GoogleAuth({ scopes: [SCOPE], clientOptions: { eagerRefreshThresholdMillis: LIBRARY_REFRESH_AHEAD_MS } });
+  const auth = new GoogleAuth({ scopes: [SCOPE], projectId: project, clientOptions: { eagerRefreshThresholdMillis: LIBRARY_REFRESH_AHEAD_MS } });
   return new RefreshingCredential({
     provider,
     source: 'Google access token',

@@ -31,7 +31,7 @@ export class VertexProvider extends PooledProvider {
     this.api = config.api === 'anthropic' ? 'anthropic' : 'gemini';
     this.#headers = { ...config.headers };
     this.#publishers = `/v1/projects/${encodeURIComponent(config.project!)}/locations/${encodeURIComponent(location)}/publishers/`;
-    this.#token = googleAccessToken(config.name, env.events, env.clock);
+    this.#token = googleAccessToken(config.name, config.project!, env.events, env.clock);
   }
 
   supports(endpoint: Endpoint): boolean {
