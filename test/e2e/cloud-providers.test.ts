@@ -10,6 +10,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import OpenAI from 'openai';
 import Anthropic from '@anthropic-ai/sdk';
+import { createOpenAI } from '@ai-sdk/openai';
+import { createAnthropic } from '@ai-sdk/anthropic';
+import { generateText, streamText } from 'ai';
+import { ChatOpenAI } from '@langchain/openai';
+import { ChatAnthropic } from '@langchain/anthropic';
 import { startGateway, scrape, metricValue, type GatewayProcess } from '../support/gateway-process.ts';
 import { startMockBedrock, BEDROCK_TOOL, MOCK_BEDROCK_HEADER, type MockBedrock } from '../support/mock-bedrock.ts';
 import { startMockGoogle, GEMINI_TOOL, MOCK_GOOGLE_HEADER, type MockGoogle } from '../support/mock-google.ts';
@@ -228,6 +233,47 @@ describe('vertex', () => {
     assert.equal(claude.stop_reason, 'end_turn');
     const raw = modelRequests(google, from).map((r) => r.path).find((p) => p.includes('anthropic'));
     assert.equal(raw, `/v1/projects/${google.project}/locations/${google.location}/publishers/anthropic/models/claude-3-5-haiku@20241022:streamRawPredict`);
+  });
+});
+
+describe('the Vercel AI SDK and LangChain as clients', () => {
+  // Each cloud model through both client APIs, JSON and stream: the text comes back whole.
+  const CASES = [
+    { model: 'llama', says: /Bedrock says/ },
+    { model: 'claude-bedrock', says: /./ },
+    { model: 'gemini-flash', says: /Gemini says/ },
+    { model: 'claude-vertex', says: /./ },
+  ];
+
+  test('Vercel AI SDK: generateText and streamText, OpenAI chat and Anthropic providers', async () => {
+    const viaOpenAI = createOpenAI({ baseURL: `${gw.proxyUrl}/v1`, apiKey: CLIENT_KEY });
+    const viaAnthropic = createAnthropic({ baseURL: `${gw.proxyUrl}/v1`, apiKey: CLIENT_KEY });
+    for (const { model, says } of CASES) {
+      for (const provider of [viaOpenAI.chat(model), viaAnthropic(model)]) {
+        const { text, usage } = await generateText({ model: provider, prompt: 'hello from ai', maxOutputTokens: 64, maxRetries: 0 });
+        assert.match(text, says, `${model}: ${text}`);
+        assert.ok((usage.inputTokens ?? 0) > 0, `${model}: usage`);
+        const result = streamText({ model: provider, prompt: 'stream from ai', maxOutputTokens: 64, maxRetries: 0 });
+        let streamed = '';
+        for await (const piece of result.textStream) streamed += piece;
+        assert.match(streamed, says, `${model} streamed: ${streamed}`);
+        assert.equal(await result.finishReason, 'stop', model);
+      }
+    }
+  });
+
+  test('LangChain: ChatOpenAI and ChatAnthropic, invoke and stream', async () => {
+    for (const { model, says } of CASES) {
+      const chat = new ChatOpenAI({ model, apiKey: CLIENT_KEY, maxRetries: 0, configuration: { baseURL: `${gw.proxyUrl}/v1` } });
+      const claude = new ChatAnthropic({ model, apiKey: CLIENT_KEY, maxRetries: 0, maxTokens: 64, anthropicApiUrl: gw.proxyUrl });
+      for (const client of [chat, claude]) {
+        const answer = await client.invoke('hello from langchain');
+        assert.match(String(answer.content), says, `${model}: ${String(answer.content)}`);
+        let streamed = '';
+        for await (const chunk of await client.stream('stream from langchain')) streamed += typeof chunk.content === 'string' ? chunk.content : '';
+        assert.match(streamed, says, `${model} streamed`);
+      }
+    }
   });
 });
 
