@@ -16,7 +16,7 @@ import { checkHandshake } from './websocket-handshake.ts';
 import { checkRealtimeQuery, upstreamRealtimeQuery } from './realtime-query.ts';
 import type { Limiter } from '../limits/limiter.ts';
 import type { Admission } from '../limits/admission.ts';
-import type { Provider } from '../providers/types.ts';
+import type { Provider, RealtimeTarget } from '../providers/types.ts';
 import type { Route } from '../routing/router.ts';
 
 export interface RealtimeEnvironment {
@@ -114,7 +114,19 @@ export class RealtimeRoute implements UpgradeRoute {
         if (ctx.status === 0) ctx.errorCode ||= 'client_gone';
         return whenClosed(ctx.socket, () => finished(ctx.status || 499));
       }
-      this.#connect(ctx, finished, provider, route, model, query.intent, protocols, keyProtocol);
+      const target = provider.realtimeTarget!(upstreamRealtimeQuery(route.upstreamModel ?? model, query.intent));
+      if (!(target instanceof Promise)) return this.#connect(ctx, finished, provider, route, target, protocols, keyProtocol);
+      // A target that waits for its credentials (a token being fetched): the client may leave meanwhile.
+      target.then(
+        (ready) => {
+          if (ctx.socket.destroyed || ctx.status !== 0) {
+            if (ctx.status === 0) ctx.errorCode ||= 'client_gone';
+            return whenClosed(ctx.socket, () => finished(ctx.status || 499));
+          }
+          this.#connect(ctx, finished, provider, route, ready, protocols, keyProtocol);
+        },
+        (error: unknown) => reject(error instanceof GatewayError ? error : errors.upstreamFailed(provider.name)),
+      );
     };
     if (!(admitting instanceof Promise)) return open(admitting);
     admitting.then(open, (error: unknown) => {
@@ -129,14 +141,12 @@ export class RealtimeRoute implements UpgradeRoute {
     finished: (status: number) => void,
     provider: Provider,
     route: Route,
-    model: string,
-    intent: string | undefined,
+    target: RealtimeTarget,
     protocols: readonly string[],
     keyProtocol: string | undefined,
   ): void {
     const reject = (error: GatewayError) => refuseUpgrade(ctx, error, finished);
     const { req } = ctx;
-    const target = provider.realtimeTarget!(upstreamRealtimeQuery(route.upstreamModel ?? model, intent));
     const upstreamHeaders: Record<string, string> = { ...target.headers, ...route.targets[0]!.headers, 'x-request-id': ctx.id };
     const beta = req.headers['openai-beta'];
     if (typeof beta === 'string') upstreamHeaders['openai-beta'] = beta;

@@ -69,19 +69,6 @@ export class RefreshingCredential<T> {
     return this.#fetch().then((fresh) => fresh.value);
   }
 
-  /**
-   * The credential held now, for a caller that cannot wait (a realtime handshake is built
-   * synchronously): undefined when none is held yet or it has expired. A fetch starts as `get()`
-   * would start one, so that a later call has it.
-   */
-  current(): T | undefined {
-    const now = this.#wallNow();
-    const current = this.#current;
-    const valid = current !== undefined && current.expiresAt > now;
-    if (!valid || now >= this.#refreshAt(current)) void this.#fetch().catch(() => undefined);
-    return valid ? current.value : undefined;
-  }
-
   /** When a refresh of `credential` starts. */
   #refreshAt(credential: Expiring<T>): number {
     const lifetime = credential.expiresAt - this.#since;

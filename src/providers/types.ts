@@ -58,8 +58,11 @@ export interface Provider {
   readonly parameters?: ParameterPolicy | undefined;
   /** Sends the request; the outcome arrives on `handler` (start, data, end, or error). */
   dispatch(request: ProviderRequest, handler: ResponseHandler): void;
-  /** Where a realtime (WebSocket) session goes, for providers that serve one. */
-  realtimeTarget?(query: URLSearchParams): { url: string; headers: Record<string, string> };
+  /**
+   * Where a realtime (WebSocket) session goes, for providers that serve one; a promise when its
+   * credentials must be fetched first (rejected with the gateway's 503 when they cannot be).
+   */
+  realtimeTarget?(query: URLSearchParams): RealtimeTarget | Promise<RealtimeTarget>;
   /**
    * The provider's own model list (`GET /models`), for routes by pattern. Rejects when the
    * provider cannot be asked or does not answer with a list; `signal` bounds the wait.
@@ -69,6 +72,12 @@ export interface Provider {
   close(): Promise<void>;
   /** A forced end (L8): aborts requests in progress and closes pooled connections now. */
   destroy(): Promise<void>;
+}
+
+/** A realtime session's upstream: its URL and handshake headers. */
+export interface RealtimeTarget {
+  readonly url: string;
+  readonly headers: Record<string, string>;
 }
 
 /** One entry of a provider's model list. */

@@ -8,6 +8,7 @@
 // secret is in no output, metric or admin answer.
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
+import { WebSocket } from 'ws';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -178,10 +179,11 @@ describe('entra_id token refresh', () => {
     // apart: it outlasts the refresh and the first token.
     const { gw, azure } = await start({ tokenLifetimeSec: 6, chunks: 8, chunkDelayMs: 600 }, { AZURE_CLIENT_SECRET: SECRET });
     const openai = openaiFor(gw);
-    await eventually(() => azure.issued.length === 1, 5000, 'the first token');
-    const first = azure.issued[0]!;
+    // The first request waits for the first token (none is fetched before a request needs one).
     const streaming = openai.chat.completions.create({ ...ask('a long answer'), stream: true }).then(readStream);
     await eventually(() => modelRequests(azure).length === 1, 5000, 'the stream sent');
+    assert.equal(azure.issued.length, 1);
+    const first = azure.issued[0]!;
     assert.equal(bearerOf(modelRequests(azure)[0]!), first.token);
 
     // Near half the lifetime (the library gives expiry in whole seconds), requests until one has
@@ -202,6 +204,25 @@ describe('entra_id token refresh', () => {
     assert.equal(streamed.finish, 'stop');
     assert.equal(streamed.text, 'azure reply to: a long answer');
     assert.ok(modelRequests(azure).every((r) => r.headers['api-key'] === undefined));
+  });
+});
+
+describe('entra_id realtime', () => {
+  test('a realtime session as the first request waits for the token and opens with it; the client key never leaves', async () => {
+    const { gw, azure } = await start({}, { AZURE_CLIENT_SECRET: SECRET });
+    assert.equal(azure.issued.length, 0, 'no token before a request needs one');
+    const ws = new WebSocket(`${gw.proxyUrl.replace('http', 'ws')}/v1/realtime?model=gpt-4o-mini`, { headers: { authorization: `Bearer ${CLIENT_KEY}` } });
+    const created = await new Promise<Record<string, unknown>>((resolve, reject) => {
+      ws.once('message', (data) => resolve(JSON.parse(String(data)) as Record<string, unknown>));
+      ws.once('error', reject);
+      ws.once('unexpected-response', (_req, res) => reject(new Error(`handshake refused: ${res.statusCode}`)));
+    });
+    ws.close();
+    assert.equal(created.type, 'session.created');
+    const [handshake] = azure.realtime;
+    assert.equal(handshake!.headers.authorization, `Bearer ${azure.issued[0]!.token}`);
+    assert.equal(handshake!.headers['api-key'], undefined);
+    assert.match(handshake!.path, /^\/openai\/realtime\?api-version=[^&]+&deployment=gpt-4o-mini$/);
   });
 });
 

@@ -27,6 +27,8 @@
 // Only node: built-ins and erasable TypeScript: Node runs this file by type stripping.
 
 import { createServer, type Server } from 'node:http';
+import { attachRealtime } from './mock-realtime.ts';
+import type { MockRequest } from './mock-upstream.ts';
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
 import { readFileSync } from 'node:fs';
@@ -98,6 +100,8 @@ export interface MockAzureOpenAI {
   authorityHost: string | undefined;
   /** Every request, in arrival order. */
   requests: AzureRequest[];
+  /** The realtime handshakes (headers, path with its query), as the shared realtime mock records them. */
+  realtime: MockRequest[];
   /** How many token requests the token endpoint answered (issued or refused). */
   readonly tokenRequests: number;
   /** Every access token issued, in order, with when (ms since the epoch) and until when. */
@@ -176,6 +180,9 @@ export function startMockAzureOpenAI(options: MockAzureOpenAIOptions = {}): Prom
     req.on('end', () => onRequest(state, req, res, Buffer.concat(parts).toString('utf8')));
   };
   const servers: Server[] = [createServer(handler)];
+  // The realtime API (`/openai/realtime`, `/openai/v1/realtime`): the shared realtime mock, its handshakes recorded.
+  const realtime: MockRequest[] = [];
+  const stopRealtime = attachRealtime(servers[0]!, realtime);
   if (options.tls) servers.push(createTlsServer({ cert: readFileSync(options.tls.cert), key: readFileSync(options.tls.key) }, handler));
   return Promise.all(servers.map(listen)).then(([port, tlsPort]) => {
     const url = `http://127.0.0.1:${port!}`;
@@ -187,13 +194,14 @@ export function startMockAzureOpenAI(options: MockAzureOpenAIOptions = {}): Prom
       tokenUrl: `${url}/${opts.tenant}/oauth2/v2.0/token`, scope: AZURE_SCOPE,
       authorityHost: tlsPort === undefined ? undefined : `https://127.0.0.1:${tlsPort}`,
       requests: state.requests,
+      realtime,
       get tokenRequests() { return state.tokenRequests; },
       issued: state.issued,
       expireTokens: () => { for (const token of state.tokens.keys()) state.tokens.set(token, 0); },
       failTokens: (failing) => { state.failTokens = failing; },
       fail: (failure) => { opts.fail = failure; },
       reset: () => { state.requests.length = 0; state.tokenRequests = 0; },
-      close: () => (closing ??= Promise.all(servers.map((server) => new Promise<void>((done) => { server.close(() => done()); server.closeAllConnections(); }))).then(() => undefined)),
+      close: () => (closing ??= Promise.resolve(stopRealtime()).then(() => Promise.all(servers.map((server) => new Promise<void>((done) => { server.close(() => done()); server.closeAllConnections(); })))).then(() => undefined)),
     };
   });
 }

@@ -27,7 +27,8 @@ export function attachRealtime(server: Server, received: MockRequest[] | undefin
   const hanging = new Set<Duplex>();
   server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) => {
     const path = (req.url ?? '').split('?')[0]!.replace(/\/+$/, '');
-    if (path !== '/v1/realtime' && path !== '/realtime') {
+    // OpenAI's paths, and Azure OpenAI's (with an api-version, and the v1 API).
+    if (path !== '/v1/realtime' && path !== '/realtime' && path !== '/openai/realtime' && path !== '/openai/v1/realtime') {
       socket.end('HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n');
       return;
     }

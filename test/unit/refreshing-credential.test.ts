@@ -101,7 +101,6 @@ describe('RefreshingCredential', () => {
     t.release();
     await waiting;
     assert.equal(got, 'token-2');
-    assert.equal(t.credential.current(), 'token-2');
   });
 
   test("a failure is said once, answered with the gateway's 503, not asked again for a second; a recovery is said", async () => {
@@ -139,15 +138,5 @@ describe('RefreshingCredential', () => {
     assert.equal(await t.credential.get(), 'token-1', 'still good');
     t.advance(30_000);
     await assert.rejects(t.credential.get());
-  });
-
-  test('current(): the one held, or undefined (a fetch then starts for the next caller)', async () => {
-    const t = setUp(60_000);
-    assert.equal(t.credential.current(), undefined);
-    await tick();
-    assert.equal(t.fetches(), 1);
-    assert.equal(t.credential.current(), 'token-1');
-    t.advance(60_000);
-    assert.equal(t.credential.current(), undefined, 'expired');
   });
 });

@@ -4,7 +4,7 @@
 // With `auth: api_key` (the default) the key goes in the `api-key` header; with `auth: entra_id`,
 // a Microsoft Entra ID token of the gateway's own identity (entra-token.ts) in `Authorization`.
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, ProviderEnvironment, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import type { Endpoint, ProviderEnvironment, ProviderRequest, RealtimeTarget, ResponseHandler, UpstreamModel } from '../types.ts';
 import { PooledProvider } from '../pooled-provider.ts';
 import type { RefreshingCredential } from '../refreshing-credential.ts';
 import { openaiModelList } from '../openai/adapter.ts';
@@ -35,8 +35,6 @@ export class AzureOpenAIProvider extends PooledProvider {
     if (config.auth === 'entra_id') {
       if (env === undefined) throw new Error(`provider "${config.name}": auth entra_id needs the providers' environment`);
       this.#token = entraAccessToken(config.name, env.events, env.clock);
-      // Fetched now, so that a realtime session (which cannot wait for one) finds a token held.
-      void this.#token.get().catch(() => undefined);
     } else if (config.api_key) {
       this.#credentials['api-key'] = config.api_key;
     }
@@ -81,12 +79,8 @@ export class AzureOpenAIProvider extends PooledProvider {
     return openaiModelList(await this.pool.getJson(path, credentials, signal));
   }
 
-  /**
-   * The realtime API: the deployment is the client's `model`. The handshake is built without
-   * waiting, so with `entra_id` it carries the token held now; with none held (the first fetch not
-   * done, or failing) it goes without one and Azure refuses it (401).
-   */
-  realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
+  /** The realtime API: the deployment is the client's `model`; with `entra_id`, once the token is had. */
+  realtimeTarget(query: URLSearchParams): RealtimeTarget | Promise<RealtimeTarget> {
     const url = new URL(`${this.pool.origin}${this.pool.basePath}${this.#version === undefined ? '/openai/v1/realtime' : '/openai/realtime'}`);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     const params = new URLSearchParams(query);
@@ -97,7 +91,7 @@ export class AzureOpenAIProvider extends PooledProvider {
       if (model !== null) params.set('deployment', model);
     }
     url.search = params.toString();
-    const token = this.#token?.current();
-    return { url: url.toString(), headers: token === undefined ? this.#credentials : { ...this.#credentials, authorization: `Bearer ${token}` } };
+    if (this.#token === undefined) return { url: url.toString(), headers: this.#credentials };
+    return this.#token.get().then((token) => ({ url: url.toString(), headers: { ...this.#credentials, authorization: `Bearer ${token}` } }));
   }
 }

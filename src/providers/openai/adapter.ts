@@ -1,7 +1,7 @@
 // Any OpenAI-compatible API: bearer auth, paths under the base URL (which includes /v1); a
 // `preset` names a known server (its base URL, and what it accepts of OpenAI's parameters).
 import type { ProviderConfig, UpstreamConfig } from '../../config/schema.ts';
-import type { Endpoint, ProviderRequest, ResponseHandler, UpstreamModel } from '../types.ts';
+import type { Endpoint, ProviderRequest, RealtimeTarget, ResponseHandler, UpstreamModel } from '../types.ts';
 import { PooledProvider } from '../pooled-provider.ts';
 import { ParameterPolicy } from '../parameter-policy.ts';
 import { PRESETS } from './presets.ts';
@@ -43,7 +43,7 @@ export class OpenAIProvider extends PooledProvider {
     return openaiModelList(await this.pool.getJson('/models', this.#credentials, signal));
   }
 
-  realtimeTarget(query: URLSearchParams): { url: string; headers: Record<string, string> } {
+  realtimeTarget(query: URLSearchParams): RealtimeTarget {
     const url = new URL(`${this.pool.origin}${this.pool.basePath}/realtime`);
     url.protocol = url.protocol === 'https:' ? 'wss:' : 'ws:';
     url.search = query.toString();
