@@ -18,9 +18,9 @@ export type ClientEndpoint = 'chat' | 'completions' | 'embeddings' | 'responses'
  * The endpoints only a translation reaches, of APIs no client calls here: Bedrock's Converse
  * (`converse`, `converse-stream`) and an embedding model's InvokeModel (`bedrock_embeddings`),
  * Gemini's `generateContent` / `streamGenerateContent` (`generate_content`) and
- * `batchEmbedContents` (`embed_content`).
+ * `batchEmbedContents` (`embed_content`) and `countTokens` (`gemini_count_tokens`).
  */
-export type ProviderEndpoint = 'converse' | 'bedrock_embeddings' | 'generate_content' | 'embed_content';
+export type ProviderEndpoint = 'converse' | 'bedrock_embeddings' | 'generate_content' | 'embed_content' | 'gemini_count_tokens';
 
 export type Endpoint = ClientEndpoint | ProviderEndpoint;
 

@@ -8,6 +8,7 @@ import { converseTranslation } from './messages-to-converse.ts';
 import { geminiTranslation } from './messages-to-gemini.ts';
 import { bedrockEmbeddingsTranslation } from './embeddings-to-bedrock.ts';
 import { geminiEmbeddingsTranslation } from './embeddings-to-gemini.ts';
+import { geminiCountTranslation } from './count-tokens-to-gemini.ts';
 import { chain } from './chain.ts';
 
 export interface Translation {
@@ -28,6 +29,7 @@ export function translationFor(endpoint: Endpoint, api: ProviderApi, body: Json)
   if (api === 'converse' || api === 'gemini') {
     const model = typeof body.model === 'string' ? body.model : '';
     if (endpoint === 'embeddings') return api === 'converse' ? whole(bedrockEmbeddingsTranslation(body)) : whole(geminiEmbeddingsTranslation(body, model));
+    if (endpoint === 'count_tokens') return api === 'gemini' ? whole(geminiCountTranslation(model)) : undefined;
     const last = whole(api === 'converse' ? converseTranslation(model) : geminiTranslation(model));
     if (endpoint === 'messages') return last;
     const first = toMessages(endpoint, body);

@@ -220,6 +220,22 @@ describe('gemini', () => {
   });
 });
 
+describe('token counting', () => {
+  test("an Anthropic client's count_tokens reaches Gemini's and Vertex's countTokens; Bedrock's Converse has none here: 400", async () => {
+    const from = google.requests.length;
+    for (const model of ['gemini-flash', 'vertex-flash']) {
+      const counted = await anthropic.messages.countTokens({ model, system: 'be brief', messages: [{ role: 'user', content: 'count me' }] });
+      assert.equal(counted.input_tokens, 9, model);
+    }
+    const [gemini, vertex] = modelRequests(google, from);
+    assert.equal(gemini!.path, '/v1beta/models/gemini-2.0-flash:countTokens');
+    assert.deepEqual((gemini!.body as { generateContentRequest?: { systemInstruction?: unknown } }).generateContentRequest?.systemInstruction, { parts: [{ text: 'be brief' }] });
+    assert.match(vertex!.path, /\/publishers\/google\/models\/gemini-2\.0-flash:countTokens$/);
+    assert.ok(Array.isArray((vertex!.body as { contents?: unknown }).contents), 'Vertex takes the fields themselves');
+    await assert.rejects(anthropic.messages.countTokens({ model: 'llama', messages: [{ role: 'user', content: 'x' }] }), (error: unknown) => error instanceof Anthropic.BadRequestError);
+  });
+});
+
 describe('vertex', () => {
   test('Gemini on Vertex with a token from the metadata server; Claude on Vertex through rawPredict, native to an Anthropic client', async () => {
     const from = google.requests.length;

@@ -24,7 +24,7 @@ export class GeminiProvider extends PooledProvider {
   }
 
   supports(endpoint: Endpoint): boolean {
-    return endpoint === 'generate_content' || endpoint === 'embed_content';
+    return endpoint === 'generate_content' || endpoint === 'embed_content' || endpoint === 'gemini_count_tokens';
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -56,5 +56,6 @@ export function geminiMethod(endpoint: Endpoint, model: unknown, stream: boolean
   const name = String(model);
   const path = name.includes('/') ? name.split('/').map(encodeURIComponent).join('/') : `models/${encodeURIComponent(name)}`;
   if (endpoint === 'embed_content') return `${path}:batchEmbedContents`;
+  if (endpoint === 'gemini_count_tokens') return `${path}:countTokens`;
   return stream ? `${path}:streamGenerateContent?alt=sse` : `${path}:generateContent`;
 }

@@ -35,7 +35,7 @@ export class VertexProvider extends PooledProvider {
   }
 
   supports(endpoint: Endpoint): boolean {
-    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'generate_content';
+    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'generate_content' || endpoint === 'gemini_count_tokens';
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -48,7 +48,12 @@ export class VertexProvider extends PooledProvider {
       if (stream === true) body.stream = true;
     } else {
       path = `${this.#publishers}google/${geminiMethod(request.endpoint, model, stream === true)}`;
-      body = rest;
+      // Vertex's countTokens takes the request's fields themselves, not the Gemini API's generateContentRequest.
+      const counted = request.endpoint === 'gemini_count_tokens' ? (rest.generateContentRequest as Record<string, unknown> | undefined) : undefined;
+      if (counted !== undefined) {
+        const { model: _model, ...fields } = counted;
+        body = fields;
+      } else body = rest;
     }
     const bytes = Buffer.from(JSON.stringify(body));
     const forwarded: Record<string, string | string[]> = {};
