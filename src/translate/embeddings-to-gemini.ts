@@ -57,15 +57,23 @@ export function base64Floats(values: readonly number[]): string {
   return bytes.toString('base64');
 }
 
+/**
+ * batchEmbedContents' `{embeddings: [{values}]}`, or Vertex's `:predict` answer (which its
+ * provider asks for instead): `{predictions: [{embeddings: {values, statistics: {token_count}}}]}`.
+ */
 function embeddingsAnswer(body: Json, model: string, base64: boolean): Json {
-  const embeddings = Array.isArray(body.embeddings) ? body.embeddings : [];
+  const predictions = Array.isArray(body.predictions) ? body.predictions : undefined;
+  const embeddings = predictions?.map((p) => (isObject(p) ? p.embeddings : undefined)) ?? (Array.isArray(body.embeddings) ? body.embeddings : []);
+  let tokens = 0;
   const data = embeddings.map((embedding, index) => {
     const raw = isObject(embedding) && Array.isArray(embedding.values) ? embedding.values : [];
     const values = raw.map((value) => (typeof value === 'number' ? value : 0));
+    const count = isObject(embedding) && isObject(embedding.statistics) ? embedding.statistics.token_count : undefined;
+    if (typeof count === 'number' && Number.isFinite(count) && count >= 0) tokens += count;
     return { object: 'embedding', index, embedding: base64 ? base64Floats(values) : values };
   });
-  // batchEmbedContents reports no token counts: OpenAI's usage is required, so it is zeros.
-  return { object: 'list', data, model, usage: { prompt_tokens: 0, total_tokens: 0 } };
+  // batchEmbedContents reports no token counts (OpenAI's usage is required, so it is zeros); Vertex's do.
+  return { object: 'list', data, model, usage: { prompt_tokens: tokens, total_tokens: tokens } };
 }
 
 /** A Google error answer as OpenAI's error body; Google's canonical code (`INVALID_ARGUMENT`…) is the `code`. */

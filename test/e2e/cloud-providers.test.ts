@@ -52,6 +52,7 @@ before(async () => {
         { name: 'gemini-flash', provider: 'gemini', upstream_model: 'gemini-2.0-flash' },
         { name: 'gemini-embed', provider: 'gemini', upstream_model: 'text-embedding-004' },
         { name: 'vertex-flash', provider: 'vertex', upstream_model: 'gemini-2.0-flash' },
+        { name: 'vertex-embed', provider: 'vertex', upstream_model: 'text-embedding-005' },
         { name: 'claude-vertex', provider: 'vertex-claude', upstream_model: 'claude-3-5-haiku@20241022' },
       ],
       keys: [CLIENT_KEY],
@@ -249,6 +250,17 @@ describe('vertex', () => {
     assert.equal(claude.stop_reason, 'end_turn');
     const raw = modelRequests(google, from).map((r) => r.path).find((p) => p.includes('anthropic'));
     assert.equal(raw, `/v1/projects/${google.project}/locations/${google.location}/publishers/anthropic/models/claude-3-5-haiku@20241022:streamRawPredict`);
+  });
+
+  test("embeddings through Vertex's :predict, with its token counts", async () => {
+    const from = google.requests.length;
+    const answer = await openai.embeddings.create({ model: 'vertex-embed', input: ['one', 'two'], dimensions: 64 });
+    assert.equal(answer.data.length, 2);
+    assert.ok(answer.data[0]!.embedding.length > 0);
+    assert.ok(answer.usage.prompt_tokens > 0, 'Vertex counts the tokens');
+    const [seen] = modelRequests(google, from);
+    assert.match(seen!.path, /\/publishers\/google\/models\/text-embedding-005:predict$/);
+    assert.deepEqual(seen!.body, { instances: [{ content: 'one' }, { content: 'two' }], parameters: { outputDimensionality: 64 } });
   });
 });
 

@@ -35,7 +35,7 @@ export class VertexProvider extends PooledProvider {
   }
 
   supports(endpoint: Endpoint): boolean {
-    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'generate_content' || endpoint === 'gemini_count_tokens';
+    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'generate_content' || endpoint === 'gemini_count_tokens' || endpoint === 'embed_content';
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -53,6 +53,10 @@ export class VertexProvider extends PooledProvider {
       if (counted !== undefined) {
         const { model: _model, ...fields } = counted;
         body = fields;
+      } else if (request.endpoint === 'embed_content') {
+        // Vertex's embedding models answer `:predict`, one instance per text, not batchEmbedContents.
+        path = `${this.#publishers}google/models/${encodeURIComponent(String(model))}:predict`;
+        body = predictBody(rest.requests);
       } else body = rest;
     }
     const bytes = Buffer.from(JSON.stringify(body));
@@ -65,4 +69,12 @@ export class VertexProvider extends PooledProvider {
     }));
     this.pool.sendWhenReady(ready, handler);
   }
+}
+
+/** batchEmbedContents' requests as a `:predict` body: `{instances: [{content}], parameters: {outputDimensionality}}`. */
+function predictBody(requests: unknown): Record<string, unknown> {
+  const list = Array.isArray(requests) ? (requests as { content?: { parts?: { text?: unknown }[] }; outputDimensionality?: unknown }[]) : [];
+  const instances = list.map((r) => ({ content: String(r.content?.parts?.[0]?.text ?? '') }));
+  const dimensions = list[0]?.outputDimensionality;
+  return dimensions === undefined ? { instances } : { instances, parameters: { outputDimensionality: dimensions } };
 }
