@@ -305,6 +305,15 @@ describe('the Vercel AI SDK and LangChain as clients', () => {
   });
 });
 
+describe('secrets', () => {
+  test("the AWS secret key, the Gemini key and Google's tokens are in no log line, metric or admin answer", async () => {
+    const secrets = [bedrock.credentials.secretAccessKey, google.apiKey, ...google.tokens.map((t) => t.token)];
+    assert.ok(google.tokens.length > 0, 'a token was issued to check for');
+    const seen = [gw.stdout(), gw.stderr(), await scrape(gw), await (await fetch(`${gw.adminUrl}/server_info`)).text()].join('\n');
+    for (const secret of secrets) assert.equal(seen.includes(secret), false, `a secret of ${secret.length} characters leaked`);
+  });
+});
+
 describe('spend', () => {
   test('the tokens of every cloud provider are counted by provider', async () => {
     const text = await scrape(gw);
