@@ -20,7 +20,7 @@ export type ClientEndpoint = 'chat' | 'completions' | 'embeddings' | 'responses'
  * Gemini's `generateContent` / `streamGenerateContent` (`generate_content`) and
  * `batchEmbedContents` (`embed_content`) and `countTokens` (`gemini_count_tokens`).
  */
-export type ProviderEndpoint = 'converse' | 'bedrock_embeddings' | 'generate_content' | 'embed_content' | 'gemini_count_tokens';
+export type ProviderEndpoint = 'converse' | 'converse_count_tokens' | 'bedrock_embeddings' | 'generate_content' | 'embed_content' | 'gemini_count_tokens';
 
 export type Endpoint = ClientEndpoint | ProviderEndpoint;
 

@@ -9,6 +9,7 @@ import { geminiTranslation } from './messages-to-gemini.ts';
 import { bedrockEmbeddingsTranslation } from './embeddings-to-bedrock.ts';
 import { geminiEmbeddingsTranslation } from './embeddings-to-gemini.ts';
 import { geminiCountTranslation } from './count-tokens-to-gemini.ts';
+import { converseCountTranslation } from './count-tokens-to-converse.ts';
 import { chain } from './chain.ts';
 
 export interface Translation {
@@ -29,7 +30,7 @@ export function translationFor(endpoint: Endpoint, api: ProviderApi, body: Json)
   if (api === 'converse' || api === 'gemini') {
     const model = typeof body.model === 'string' ? body.model : '';
     if (endpoint === 'embeddings') return api === 'converse' ? whole(bedrockEmbeddingsTranslation(body)) : whole(geminiEmbeddingsTranslation(body, model));
-    if (endpoint === 'count_tokens') return api === 'gemini' ? whole(geminiCountTranslation(model)) : undefined;
+    if (endpoint === 'count_tokens') return whole(api === 'gemini' ? geminiCountTranslation(model) : converseCountTranslation(model));
     const last = whole(api === 'converse' ? converseTranslation(model) : geminiTranslation(model));
     if (endpoint === 'messages') return last;
     const first = toMessages(endpoint, body);

@@ -11,7 +11,7 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import {
-  AccessDeniedException, BedrockRuntimeClient, BedrockRuntimeServiceException, ConverseCommand, ConverseStreamCommand,
+  AccessDeniedException, BedrockRuntimeClient, BedrockRuntimeServiceException, ConverseCommand, ConverseStreamCommand, CountTokensCommand,
   InternalServerException, InvokeModelCommand, InvokeModelWithResponseStreamCommand, ModelErrorException,
   ModelNotReadyException, ModelStreamErrorException, ModelTimeoutException, ResourceNotFoundException,
   ServiceUnavailableException, ThrottlingException, ValidationException,
@@ -362,6 +362,24 @@ describe('InvokeModel', () => {
       assert.match(error.message, /required key \[input_type\] not found/);
       return true;
     });
+  });
+});
+
+describe('CountTokens', () => {
+  test('the Converse form and the InvokeModel form (a base64 body) are counted; the SDK reads inputTokens', async () => {
+    mock.reset();
+    const client = bedrock();
+    const converse = await client.send(new CountTokensCommand({ modelId: HAIKU, input: { converse: { messages: [{ role: 'user', content: [{ text: 'count me' }] }], system: [{ text: 'be brief' }] } } }));
+    assert.equal(converse.inputTokens, 11);
+    assert.equal(only().rawPath, '/model/anthropic.claude-3-5-haiku-20241022-v1%3A0/count-tokens');
+    assert.equal(only().operation, 'CountTokens');
+    assert.equal(only().auth, 'ok');
+    mock.reset();
+    const invoke = await client.send(new CountTokensCommand({ modelId: HAIKU, input: { invokeModel: { body: new TextEncoder().encode(anthropicBody('count me')) } } }));
+    assert.equal(invoke.inputTokens, 11);
+    const sent = (only().body as { input: { invokeModel: { body: string } } }).input.invokeModel.body;
+    assert.equal(JSON.parse(Buffer.from(sent, 'base64').toString('utf8')).anthropic_version, 'bedrock-2023-05-31', 'the body goes as base64');
+    await assert.rejects(client.send(new CountTokensCommand({ modelId: HAIKU, input: { invokeModel: { body: new TextEncoder().encode('{}') } } })), ValidationException);
   });
 });
 

@@ -222,7 +222,24 @@ describe('gemini', () => {
 });
 
 describe('token counting', () => {
-  test("an Anthropic client's count_tokens reaches Gemini's and Vertex's countTokens; Bedrock's Converse has none here: 400", async () => {
+  test("Bedrock's CountTokens, in its Converse form and (for Anthropic's body) its InvokeModel form", async () => {
+    const from = bedrock.requests.length;
+    for (const model of ['claude-converse', 'claude-bedrock']) {
+      const counted = await anthropic.messages.countTokens({ model, system: 'be brief', messages: [{ role: 'user', content: 'count me' }] });
+      assert.equal(counted.input_tokens, 11, model);
+    }
+    const [converse, invoke] = modelRequests(bedrock, from);
+    assert.equal(converse!.operation, 'CountTokens');
+    assert.equal(converse!.auth, 'ok');
+    assert.deepEqual((converse!.body as { input: { converse: { system: unknown } } }).input.converse.system, [{ text: 'be brief' }]);
+    const sent = (invoke!.body as { input: { invokeModel: { body: string } } }).input.invokeModel.body;
+    const inner = JSON.parse(Buffer.from(sent, 'base64').toString('utf8')) as Record<string, unknown>;
+    assert.equal(inner.anthropic_version, 'bedrock-2023-05-31');
+    assert.equal(inner.system, 'be brief', "Anthropic's own body, as the client sent it");
+    await assert.rejects(anthropic.messages.countTokens({ model: 'titan-embed', messages: [{ role: 'user', content: 'x' }] }), (error: unknown) => error instanceof Anthropic.BadRequestError);
+  });
+
+  test("an Anthropic client's count_tokens reaches Gemini's and Vertex's countTokens", async () => {
     const from = google.requests.length;
     for (const model of ['gemini-flash', 'vertex-flash']) {
       const counted = await anthropic.messages.countTokens({ model, system: 'be brief', messages: [{ role: 'user', content: 'count me' }] });
@@ -233,7 +250,6 @@ describe('token counting', () => {
     assert.deepEqual((gemini!.body as { generateContentRequest?: { systemInstruction?: unknown } }).generateContentRequest?.systemInstruction, { parts: [{ text: 'be brief' }] });
     assert.match(vertex!.path, /\/publishers\/google\/models\/gemini-2\.0-flash:countTokens$/);
     assert.ok(Array.isArray((vertex!.body as { contents?: unknown }).contents), 'Vertex takes the fields themselves');
-    await assert.rejects(anthropic.messages.countTokens({ model: 'llama', messages: [{ role: 'user', content: 'x' }] }), (error: unknown) => error instanceof Anthropic.BadRequestError);
   });
 });
 

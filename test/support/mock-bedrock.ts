@@ -335,9 +335,9 @@ function replay(socket: Socket, first: Buffer): Duplex {
 // ---------------------------------------------------------------------------------------------------
 // Routing
 
-const MODEL_ROUTE = /^\/model\/([^/]+)\/(converse|converse-stream|invoke|invoke-with-response-stream)$/;
+const MODEL_ROUTE = /^\/model\/([^/]+)\/(converse|converse-stream|invoke|invoke-with-response-stream|count-tokens)$/;
 const OPERATIONS: Record<string, string> = {
-  converse: 'Converse', 'converse-stream': 'ConverseStream', invoke: 'InvokeModel', 'invoke-with-response-stream': 'InvokeModelWithResponseStream',
+  converse: 'Converse', 'converse-stream': 'ConverseStream', invoke: 'InvokeModel', 'invoke-with-response-stream': 'InvokeModelWithResponseStream', 'count-tokens': 'CountTokens',
 };
 const IMDS_CREDENTIALS = '/latest/meta-data/iam/security-credentials/';
 
@@ -382,6 +382,7 @@ async function onRequest(ctx: Ctx): Promise<void> {
   if (model === undefined) return sendError(ctx, 400, 'ValidationException', INVALID_MODEL);
   const operation = route[2]!;
   const embedding = isEmbeddingModel(model);
+  if (operation === 'count-tokens') return countTokens(ctx, model, triggers);
   if (operation.startsWith('converse') && embedding) return sendError(ctx, 400, 'ValidationException', NOT_CHAT_MODEL);
   if (operation === 'invoke-with-response-stream' && embedding) return sendError(ctx, 400, 'ValidationException', 'The model is unsupported for streaming.');
   if (!embedding && operation.startsWith('invoke') && !model.startsWith('anthropic.')) {
@@ -616,6 +617,36 @@ function checkConverse(body: Json): string | undefined {
   const first = body.messages[0];
   if (!isObject(first) || first.role !== 'user') return FIRST_USER;
   return undefined;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// CountTokens: `{input: {converse: {messages, system?, toolConfig?}}}` or
+// `{input: {invokeModel: {body: <base64 of an InvokeModel body>}}}`, answered `{inputTokens}`
+// (the configured input count: the count a request would be billed).
+
+function countTokens(ctx: Ctx, model: string, triggers: Triggers): void {
+  const body = ctx.record.body;
+  if (triggers.failure !== undefined) return failWith(ctx, triggers.failure, model);
+  if (isEmbeddingModel(model)) return sendError(ctx, 400, 'ValidationException', "The provided model doesn't support counting tokens.");
+  const input = isObject(body) ? body.input : undefined;
+  if (!isObject(input)) return sendError(ctx, 400, 'ValidationException', "1 validation error detected: Value null at 'input' failed to satisfy constraint: Member must not be null");
+  if (isObject(input.converse)) {
+    const invalid = checkConverse(input.converse);
+    if (invalid !== undefined) return sendError(ctx, 400, 'ValidationException', invalid);
+  } else if (isObject(input.invokeModel) && typeof input.invokeModel.body === 'string') {
+    let inner: unknown;
+    try {
+      inner = JSON.parse(Buffer.from(input.invokeModel.body, 'base64').toString('utf8'));
+    } catch {
+      return sendError(ctx, 400, 'ValidationException', 'Malformed input request, please reformat your input and try again.');
+    }
+    if (!model.startsWith('anthropic.') || !isObject(inner)) return sendError(ctx, 400, 'ValidationException', 'Malformed input request, please reformat your input and try again.');
+    const invalid = checkAnthropic(inner);
+    if (invalid !== undefined) return sendError(ctx, 400, 'ValidationException', invalid);
+  } else {
+    return sendError(ctx, 400, 'ValidationException', 'input must name exactly one of converse and invokeModel');
+  }
+  send(ctx, 200, { inputTokens: ctx.state.opts.usage.inputTokens });
 }
 
 // ---------------------------------------------------------------------------------------------------

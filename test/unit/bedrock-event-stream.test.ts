@@ -108,7 +108,7 @@ describe('BedrockAnswer', () => {
     resume(): void {}
   }
 
-  function relay(kind: 'converse' | 'anthropic', status: number, headers: Record<string, string>, chunks: Buffer[]) {
+  function relay(kind: 'converse' | 'anthropic' | 'anthropic-count', status: number, headers: Record<string, string>, chunks: Buffer[]) {
     const seen: { status?: number; headers?: Record<string, unknown>; data: string } = { data: '' };
     const inner: ResponseHandler = {
       onResponseStart: (_c, s, h) => {
@@ -142,6 +142,14 @@ describe('BedrockAnswer', () => {
     assert.equal(controller.aborted, true);
     assert.ok(controller.reason instanceof Error);
     assert.equal(seen.data, '');
+  });
+
+  test("CountTokens' {inputTokens} is Anthropic's {input_tokens}; its errors are Anthropic's", () => {
+    const { seen } = relay('anthropic-count', 200, { 'content-type': 'application/json', 'content-length': '17' }, [Buffer.from('{"inputTokens"'), Buffer.from(':42}')]);
+    assert.deepEqual(JSON.parse(seen.data), { input_tokens: 42 });
+    assert.equal(seen.headers!['content-length'], undefined);
+    const refused = relay('anthropic-count', 400, { 'x-amzn-errortype': 'ValidationException:x' }, [Buffer.from('{"message":"no"}')]);
+    assert.deepEqual(JSON.parse(refused.seen.data), { type: 'error', error: { type: 'invalid_request_error', message: 'no' } });
   });
 
   test("an error answer to an Anthropic client is in Anthropic's shape, its class from x-amzn-errortype", () => {

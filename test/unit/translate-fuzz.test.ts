@@ -19,6 +19,7 @@ import { geminiTranslation } from '../../src/translate/messages-to-gemini.ts';
 import { bedrockEmbeddingsTranslation } from '../../src/translate/embeddings-to-bedrock.ts';
 import { geminiEmbeddingsTranslation } from '../../src/translate/embeddings-to-gemini.ts';
 import { geminiCountTranslation } from '../../src/translate/count-tokens-to-gemini.ts';
+import { converseCountTranslation } from '../../src/translate/count-tokens-to-converse.ts';
 import { SseParser, type SseEvent } from '../../src/translate/sse.ts';
 import { TranslationError, type Json, type StreamOutcome, type StreamTranslator, type Translator } from '../../src/translate/types.ts';
 
@@ -436,6 +437,7 @@ const TRANSLATORS: readonly { name: string; translator: Translator; body: (hosti
   { name: 'messagesToConverse', translator: converseTranslation('m'), body: messagesBody },
   { name: 'messagesToGemini', translator: geminiTranslation('m'), body: messagesBody },
   { name: 'countTokensToGemini', translator: geminiCountTranslation('m'), body: messagesBody },
+  { name: 'countTokensToConverse', translator: converseCountTranslation('m'), body: messagesBody },
   { name: 'embeddingsToBedrock (Titan)', translator: upstream(bedrockEmbeddingsTranslation({}), 'amazon.titan-embed-text-v2:0'), body: embeddingsBody },
   { name: 'embeddingsToBedrock (Cohere)', translator: upstream(bedrockEmbeddingsTranslation({ encoding_format: 'base64' }), 'cohere.embed-english-v3'), body: embeddingsBody },
   { name: 'embeddingsToGemini', translator: geminiEmbeddingsTranslation({ encoding_format: 'base64' }, 'm'), body: embeddingsBody },

@@ -32,7 +32,7 @@ export class BedrockProvider extends PooledProvider {
 
   supports(endpoint: Endpoint): boolean {
     if (endpoint === 'bedrock_embeddings') return true;
-    return this.api === 'anthropic' ? endpoint === 'messages' : endpoint === 'converse';
+    return this.api === 'anthropic' ? endpoint === 'messages' || endpoint === 'count_tokens' : endpoint === 'converse' || endpoint === 'converse_count_tokens';
   }
 
   dispatch(request: ProviderRequest, handler: ResponseHandler): void {
@@ -41,7 +41,13 @@ export class BedrockProvider extends PooledProvider {
     let path: string;
     let body: Record<string, unknown> = rest;
     if (request.endpoint === 'converse') path = `/model/${id}/${stream === true ? 'converse-stream' : 'converse'}`;
-    else if (request.endpoint === 'messages') {
+    else if (request.endpoint === 'converse_count_tokens') path = `/model/${id}/count-tokens`;
+    else if (request.endpoint === 'count_tokens') {
+      // CountTokens' InvokeModel form: the body a request would send, base64 (a blob in JSON).
+      path = `/model/${id}/count-tokens`;
+      const invoke = { ...rest, anthropic_version: BEDROCK_ANTHROPIC_VERSION, max_tokens: rest.max_tokens ?? 1 };
+      body = { input: { invokeModel: { body: Buffer.from(JSON.stringify(invoke)).toString('base64') } } };
+    } else if (request.endpoint === 'messages') {
       path = `/model/${id}/${stream === true ? 'invoke-with-response-stream' : 'invoke'}`;
       body = { ...rest, anthropic_version: BEDROCK_ANTHROPIC_VERSION };
       const beta = betaFeatures(request.headers['anthropic-beta']);
@@ -55,7 +61,8 @@ export class BedrockProvider extends PooledProvider {
       headers: { ...forwarded, ...signed, 'content-length': String(bytes.length), 'x-request-id': request.requestId },
       body: bytes,
     }));
-    this.pool.sendWhenReady(ready, new BedrockAnswer(handler, request.endpoint === 'messages' ? 'anthropic' : 'converse'));
+    const answer = request.endpoint === 'messages' ? 'anthropic' : request.endpoint === 'count_tokens' ? 'anthropic-count' : 'converse';
+    this.pool.sendWhenReady(ready, new BedrockAnswer(handler, answer));
   }
 }
 

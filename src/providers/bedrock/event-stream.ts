@@ -103,18 +103,27 @@ function messageOf(payload: string, fallback: string): string {
 const EVENT_STREAM = 'application/vnd.amazon.eventstream';
 
 /**
- * Bedrock's answers, relayed as the gateway reads them: an event stream as SSE; with `anthropic`,
- * an error answer's body (`{"message": …}`, its class in `x-amzn-errortype`) in Anthropic's error
- * shape, as the Anthropic provider's clients expect it.
+ * What an answer is relayed as: Converse's (its errors as Bedrock sends them, for the translation
+ * to read), or Anthropic's API (`anthropic`; `anthropic-count`: CountTokens' `{inputTokens}` as
+ * Anthropic's `{input_tokens}`).
+ */
+export type BedrockAnswerKind = EventStreamKind | 'anthropic-count';
+
+/**
+ * Bedrock's answers, relayed as the gateway reads them: an event stream as SSE; for Anthropic's
+ * API, an error answer's body (`{"message": …}`, its class in `x-amzn-errortype`) in Anthropic's
+ * error shape, as the Anthropic provider's clients expect it.
  */
 export class BedrockAnswer implements ResponseHandler {
   readonly #inner: ResponseHandler;
-  readonly #kind: EventStreamKind;
+  readonly #kind: BedrockAnswerKind;
+  /** A count's answer being gathered, to be rewritten whole. */
+  #count: Buffer[] | undefined;
   #stream: EventStreamToSse | undefined;
   /** An error answer being gathered (anthropic only), and its class. */
   #error: { chunks: Buffer[]; size: number; type: string; status: number } | undefined;
 
-  constructor(inner: ResponseHandler, kind: EventStreamKind) {
+  constructor(inner: ResponseHandler, kind: BedrockAnswerKind) {
     this.#inner = inner;
     this.#kind = kind;
   }
@@ -126,11 +135,15 @@ export class BedrockAnswer implements ResponseHandler {
   onResponseStart(controller: DispatchController, status: number, headers: Record<string, string | string[] | undefined>, statusMessage?: string): void {
     const contentType = headers['content-type'];
     let relayed = headers;
-    if (status < 300 && typeof contentType === 'string' && contentType.startsWith(EVENT_STREAM)) {
-      this.#stream = new EventStreamToSse(this.#kind);
+    if (status < 300 && this.#kind === 'anthropic-count') {
+      this.#count = [];
+      relayed = { ...headers, 'content-type': 'application/json' };
+      delete relayed['content-length'];
+    } else if (status < 300 && typeof contentType === 'string' && contentType.startsWith(EVENT_STREAM)) {
+      this.#stream = new EventStreamToSse(this.#kind === 'converse' ? 'converse' : 'anthropic');
       relayed = { ...headers, 'content-type': 'text/event-stream' };
       delete relayed['content-length'];
-    } else if (status >= 400 && this.#kind === 'anthropic') {
+    } else if (status >= 400 && this.#kind !== 'converse') {
       const errorType = headers['x-amzn-errortype'];
       this.#error = { chunks: [], size: 0, type: typeof errorType === 'string' ? errorType.split(':')[0]! : '', status };
       relayed = { ...headers, 'content-type': 'application/json' };
@@ -140,6 +153,10 @@ export class BedrockAnswer implements ResponseHandler {
   }
 
   onResponseData(controller: DispatchController, chunk: Buffer): void {
+    if (this.#count !== undefined) {
+      this.#count.push(chunk);
+      return;
+    }
     if (this.#error !== undefined) {
       if (this.#error.size < 64 * 1024) {
         this.#error.chunks.push(chunk);
@@ -160,6 +177,16 @@ export class BedrockAnswer implements ResponseHandler {
   }
 
   onResponseEnd(controller: DispatchController, trailers: Record<string, string | string[] | undefined>): void {
+    if (this.#count !== undefined) {
+      let counted: unknown;
+      try {
+        counted = (JSON.parse(Buffer.concat(this.#count).toString('utf8')) as { inputTokens?: unknown }).inputTokens;
+      } catch {
+        counted = undefined;
+      }
+      const tokens = typeof counted === 'number' && Number.isFinite(counted) && counted >= 0 ? counted : 0;
+      this.#inner.onResponseData?.(controller, Buffer.from(JSON.stringify({ input_tokens: tokens })));
+    }
     const error = this.#error;
     if (error !== undefined) {
       this.#error = undefined;
