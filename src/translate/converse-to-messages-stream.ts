@@ -12,6 +12,7 @@ import type { Json, StreamOutcome, StreamTranslator } from './types.ts';
 import { SseParser, formatSse, type SseEvent } from './sse.ts';
 import { count, isObject } from './json.ts';
 import { MESSAGE_MAX, quoted } from '../api/errors.ts';
+import { anthropicTypeFor } from './errors.ts';
 
 /** Converse's stop reasons that Anthropic names too, or names otherwise (a guardrail's or a filter's block is a refusal). */
 const STOP_REASONS = new Map([
@@ -41,15 +42,9 @@ const EXCEPTION_TYPES = new Map([
  * ModelTimeoutException, 503 ServiceUnavailableException.
  */
 export function bedrockErrorType(status: number): string {
-  if (status === 400) return 'invalid_request_error';
-  if (status === 401) return 'authentication_error';
-  if (status === 403) return 'permission_error';
-  if (status === 404) return 'not_found_error';
-  if (status === 413) return 'request_too_large';
-  if (status === 429) return 'rate_limit_error';
   if (status === 503) return 'overloaded_error';
-  if (status === 408 || status === 424 || status >= 500) return 'api_error';
-  return 'invalid_request_error';
+  if (status === 408 || status === 424 || status === 504) return 'api_error';
+  return anthropicTypeFor(status);
 }
 
 /**

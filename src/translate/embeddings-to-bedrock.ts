@@ -11,7 +11,7 @@
 //
 // The body also carries `model`, which InvokeModel takes in the path: the provider removes it.
 import { TranslationError, type Json, type StreamTranslator, type TranslatedRequest, type Translator } from './types.ts';
-import { count, given, isObject } from './json.ts';
+import { count, given, isObject, describeValue } from './json.ts';
 import { openaiTypeFor } from './errors.ts';
 import { bedrockModelId } from './messages-to-converse.ts';
 import { bedrockMessage } from './converse-to-messages-stream.ts';
@@ -27,14 +27,6 @@ const FIXED_DIMENSIONS: Partial<Record<Family, number>> = { 'titan-v1': 1536, 'c
 /** The request's keys OpenAI defines; anything else is refused as unknown. */
 const HANDLED = new Set(['model', 'input', 'encoding_format', 'dimensions', 'user']);
 
-/** A client's value in an error message: never throws, whatever the value. */
-function describe(value: unknown): string {
-  try {
-    return JSON.stringify(value) ?? typeof value;
-  } catch {
-    return typeof value;
-  }
-}
 
 function familyOf(model: string): Family {
   const id = bedrockModelId(model);
@@ -74,7 +66,7 @@ function invokeModelBody(body: Json, upstreamModel: string): TranslatedRequest {
   const fixed = FIXED_DIMENSIONS[family];
   if (given(dimensions) && fixed !== undefined && dimensions !== fixed) {
     // A vector of another size than asked would not fit where the client means to store it.
-    throw new TranslationError('dimensions', `this model's vectors have ${fixed} dimensions; it cannot make ${describe(dimensions)}`);
+    throw new TranslationError('dimensions', `this model's vectors have ${fixed} dimensions; it cannot make ${describeValue(dimensions)}`);
   }
 
   const out: Json = { model: upstreamModel };

@@ -18,3 +18,13 @@ export function count(value: unknown): number {
 export function nowSeconds(): number {
   return Math.floor(Date.now() / 1000);
 }
+
+/** A client's value in an error message: never throws, whatever the value (an object whose toString is not a function). */
+export function describeValue(value: unknown): string {
+  if (typeof value === 'string') return value;
+  try {
+    return JSON.stringify(value) ?? typeof value;
+  } catch {
+    return typeof value;
+  }
+}

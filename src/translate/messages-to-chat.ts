@@ -4,19 +4,10 @@
 // when ignoring it would change what the client gets, and dropped (and named) when it is only a hint.
 import { TranslationError, type Json, type TranslatedRequest, type Translator } from './types.ts';
 import { toAnthropicError } from './errors.ts';
-import { given, isObject } from './json.ts';
+import { given, isObject, describeValue } from './json.ts';
 import { chatResponseToMessage } from './messages-to-chat-answer.ts';
 import { ChatStreamToMessages } from './messages-to-chat-stream.ts';
 
-/** A client's value in an error message: never throws, whatever the value (an object whose toString is not a function). */
-function describe(value: unknown): string {
-  if (typeof value === 'string') return value;
-  try {
-    return JSON.stringify(value) ?? typeof value;
-  } catch {
-    return typeof value;
-  }
-}
 
 /** Accepted and not sent: no chat equivalent, and leaving them out only loses a hint. */
 const DROPPED = new Set(['top_k', 'service_tier', 'container', 'cache_control']);
@@ -79,7 +70,7 @@ function imagePart(block: Json, param: string): Json {
     return { type: 'image_url', image_url: { url: `data:${source.media_type};base64,${source.data}` } };
   }
   if (source.type === 'url' && typeof source.url === 'string') return { type: 'image_url', image_url: { url: source.url } };
-  throw unsupported(`${param}.source`, `an image source of type '${describe(source.type)}'`);
+  throw unsupported(`${param}.source`, `an image source of type '${describeValue(source.type)}'`);
 }
 
 /** A tool result's content as the tool message's string; only text has a place there. */
@@ -91,7 +82,7 @@ function toolResultText(block: Json, param: string, dropped: Dropped): string {
   return content
     .map((inner, k) => {
       if (!isObject(inner) || inner.type !== 'text' || typeof inner.text !== 'string') {
-        const type = isObject(inner) ? describe(inner.type) : typeof inner;
+        const type = isObject(inner) ? describeValue(inner.type) : typeof inner;
         throw unsupported(`${param}.content[${k}]`, `a '${type}' block in a tool_result`);
       }
       dropped.cache(inner);
@@ -123,7 +114,7 @@ function userMessages(content: unknown, param: string, dropped: Dropped): Json[]
       if (typeof block.tool_use_id !== 'string') throw new TranslationError(`${at}.tool_use_id`, 'tool_result needs a tool_use_id');
       // is_error has no field in a tool message; the content itself says what went wrong.
       tools.push({ role: 'tool', tool_call_id: block.tool_use_id, content: toolResultText(block, at, dropped) });
-    } else throw unsupported(at, `a '${describe(block.type)}' content block`);
+    } else throw unsupported(at, `a '${describeValue(block.type)}' content block`);
   });
   if (parts.length === 0 && tools.length > 0) return tools;
   return [...tools, { role: 'user', content: parts.length === 0 ? '' : partsContent(parts) }];
@@ -145,7 +136,7 @@ function assistantMessage(content: unknown, param: string, dropped: Dropped): Js
     } else if (block.type === 'thinking' || block.type === 'redacted_thinking') {
       // Another model's reasoning, signed for Anthropic only: the chat API has no place for it,
       // and the answer it led to is in the text and tool calls kept.
-    } else throw unsupported(at, `a '${describe(block.type)}' content block in an assistant message`);
+    } else throw unsupported(at, `a '${describeValue(block.type)}' content block in an assistant message`);
   });
   // A turn that was only thinking leaves nothing to send.
   if (parts.length === 0 && calls.length === 0) return [];
@@ -161,7 +152,7 @@ function chatMessages(messages: unknown, dropped: Dropped): Json[] {
     if (!isObject(message)) throw new TranslationError(param, 'a message must be an object');
     if (message.role === 'user') return userMessages(message.content, param, dropped);
     if (message.role === 'assistant') return assistantMessage(message.content, param, dropped);
-    throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describe(message.role)}'`);
+    throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describeValue(message.role)}'`);
   });
 }
 
@@ -172,7 +163,7 @@ function chatTools(tools: unknown, dropped: Dropped): Json[] {
     if (!isObject(tool)) throw new TranslationError(param, 'a tool must be an object');
     // Server tools (web search, bash, code execution, …) run inside Anthropic's API; a chat
     // provider has nothing to run them with.
-    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describe(tool.type)}'`);
+    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describeValue(tool.type)}'`);
     if (typeof tool.name !== 'string') throw new TranslationError(`${param}.name`, 'a tool needs a name');
     const fn: Json = { name: tool.name };
     if (typeof tool.description === 'string') fn.description = tool.description;
@@ -196,7 +187,7 @@ function chatToolChoice(choice: unknown): { choice: unknown; parallel: boolean |
     if (typeof choice.name !== 'string') throw new TranslationError('tool_choice.name', "tool_choice 'tool' needs a name");
     return { choice: { type: 'function', function: { name: choice.name } }, parallel };
   }
-  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describe(choice.type)}'`);
+  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describeValue(choice.type)}'`);
 }
 
 function thinking(config: unknown, dropped: Dropped): void {

@@ -15,18 +15,9 @@
 // named by an ARN that names no model (an application inference profile, a provisioned model) is
 // sent what Claude would be: its family is unknown, and Bedrock answers for what it cannot take.
 import { TranslationError, type Json, type TranslatedRequest, type Translator } from './types.ts';
-import { given, isObject } from './json.ts';
+import { given, isObject, describeValue } from './json.ts';
 import { ConverseStreamToMessages, anthropicErrorFromBedrock, anthropicStop, anthropicUsage, messageId, toolId } from './converse-to-messages-stream.ts';
 
-/** A client's value in an error message: never throws, whatever the value. */
-function describe(value: unknown): string {
-  if (typeof value === 'string') return value;
-  try {
-    return JSON.stringify(value) ?? typeof value;
-  } catch {
-    return typeof value;
-  }
-}
 
 function unsupported(param: string, what: string): TranslationError {
   return new TranslationError(param, `${what} is not supported when routed to a Bedrock model`);
@@ -130,10 +121,10 @@ function image(block: Json, at: string): Json {
   const source = isObject(block.source) ? block.source : {};
   if (source.type !== 'base64' || typeof source.data !== 'string') {
     // Converse takes an image's bytes or an S3 location; it fetches no URL.
-    throw unsupported(`${at}.source`, `an image source of type '${describe(source.type)}' (send the image base64-encoded)`);
+    throw unsupported(`${at}.source`, `an image source of type '${describeValue(source.type)}' (send the image base64-encoded)`);
   }
   const format = typeof source.media_type === 'string' ? IMAGE_FORMATS.get(source.media_type) : undefined;
-  if (format === undefined) throw unsupported(`${at}.source.media_type`, `an image of type '${describe(source.media_type)}'`);
+  if (format === undefined) throw unsupported(`${at}.source.media_type`, `an image of type '${describeValue(source.media_type)}'`);
   return { image: { format, source: { bytes: source.data } } };
 }
 
@@ -143,7 +134,7 @@ function documentBlock(block: Json, at: string, context: Context): Json {
   let bytes: string;
   if (source.type === 'base64' && typeof source.data === 'string') {
     format = typeof source.media_type === 'string' ? DOCUMENT_FORMATS.get(source.media_type) : undefined;
-    if (format === undefined) throw unsupported(`${at}.source.media_type`, `a document of type '${describe(source.media_type)}'`);
+    if (format === undefined) throw unsupported(`${at}.source.media_type`, `a document of type '${describeValue(source.media_type)}'`);
     bytes = source.data;
   } else if (source.type === 'text' && typeof source.data === 'string') {
     format = 'txt';
@@ -156,7 +147,7 @@ function documentBlock(block: Json, at: string, context: Context): Json {
     });
     format = 'txt';
     bytes = Buffer.from(texts.join('\n\n'), 'utf8').toString('base64');
-  } else throw unsupported(`${at}.source`, `a document source of type '${describe(source.type)}' (send the document base64-encoded)`);
+  } else throw unsupported(`${at}.source`, `a document source of type '${describeValue(source.type)}' (send the document base64-encoded)`);
   // Citations come back in Converse's own form, which Anthropic's text blocks cannot carry.
   if (given(block.citations)) context.drop('citations');
   const document: Json = { format, name: context.documentName(block.title), source: { bytes } };
@@ -179,7 +170,7 @@ function toolResult(block: Json, at: string, context: Context): Json[] {
       if (inner.type === 'text' && typeof inner.text === 'string') content.push({ text: inner.text });
       else if (inner.type === 'image') content.push(image(inner, where));
       else if (inner.type === 'document') content.push(documentBlock(inner, where, context));
-      else throw unsupported(where, `a '${describe(inner.type)}' block in a tool_result`);
+      else throw unsupported(where, `a '${describeValue(inner.type)}' block in a tool_result`);
     });
   } else if (given(block.content)) throw new TranslationError(`${at}.content`, 'tool_result content must be a string or an array of blocks');
   const result: Json = { toolUseId: block.tool_use_id, content };
@@ -197,7 +188,7 @@ function userBlock(block: Json, at: string, context: Context): Json[] {
   if (block.type === 'text' && typeof block.text === 'string') out = { text: block.text };
   else if (block.type === 'image') out = image(block, at);
   else if (block.type === 'document') out = documentBlock(block, at, context);
-  else throw unsupported(at, `a '${describe(block.type)}' content block`);
+  else throw unsupported(at, `a '${describeValue(block.type)}' content block`);
   return [out, ...context.cachePoint(block)];
 }
 
@@ -217,7 +208,7 @@ function assistantBlock(block: Json, at: string, context: Context): Json[] {
       if (typeof block.signature === 'string' && block.signature !== '') reasoningText.signature = block.signature;
       out = { reasoningContent: { reasoningText } };
     }
-  } else throw unsupported(at, `a '${describe(block.type)}' content block in an assistant message`);
+  } else throw unsupported(at, `a '${describeValue(block.type)}' content block in an assistant message`);
   return [out, ...context.cachePoint(block)];
 }
 
@@ -232,7 +223,7 @@ function converseMessages(messages: unknown, context: Context): Json[] {
     const param = `messages[${i}]`;
     if (!isObject(message)) throw new TranslationError(param, 'a message must be an object');
     const { role, content } = message;
-    if (role !== 'user' && role !== 'assistant') throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describe(role)}'`);
+    if (role !== 'user' && role !== 'assistant') throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describeValue(role)}'`);
     let blocks: Json[];
     if (typeof content === 'string') blocks = [{ text: content }];
     else if (Array.isArray(content)) {
@@ -266,7 +257,7 @@ function converseTools(tools: unknown, context: Context): Json[] {
     const param = `tools[${i}]`;
     if (!isObject(tool)) throw new TranslationError(param, 'a tool must be an object');
     // Server tools (web search, bash, code execution, …) run inside Anthropic's API.
-    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describe(tool.type)}'`);
+    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describeValue(tool.type)}'`);
     if (typeof tool.name !== 'string') throw new TranslationError(`${param}.name`, 'a tool needs a name');
     const spec: Json = { name: tool.name };
     if (typeof tool.description === 'string') spec.description = tool.description;
@@ -305,7 +296,7 @@ function toolConfig(body: Json, messages: Json[], context: Context): Json | unde
       if (!offered) return undefined;
       if (!usesTools(messages)) return undefined;
       context.drop('tool_choice');
-    } else if (choice.type !== 'auto') throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describe(choice.type)}'`);
+    } else if (choice.type !== 'auto') throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describeValue(choice.type)}'`);
   }
   if (!offered) return undefined;
   return toolChoice === undefined ? { tools } : { tools, toolChoice };

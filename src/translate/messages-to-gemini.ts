@@ -9,7 +9,7 @@
 // model in the path and streams by another method (`streamGenerateContent?alt=sse`), so the
 // provider reads both and removes them before sending.
 import { TranslationError, type Json, type TranslatedRequest, type Translator } from './types.ts';
-import { given, isObject } from './json.ts';
+import { given, isObject, describeValue } from './json.ts';
 import {
   GeminiStreamToMessages,
   SIGNATURE_PREFIX,
@@ -25,15 +25,6 @@ import {
   toolInput,
 } from './gemini-to-messages-stream.ts';
 
-/** A client's value in an error message: never throws, whatever the value. */
-function describe(value: unknown): string {
-  if (typeof value === 'string') return value;
-  try {
-    return JSON.stringify(value) ?? typeof value;
-  } catch {
-    return typeof value;
-  }
-}
 
 function unsupported(param: string, what: string): TranslationError {
   return new TranslationError(param, `${what} is not supported when routed to a Gemini model`);
@@ -119,7 +110,7 @@ function imagePart(block: Json, param: string): Json {
     return { inlineData: { mimeType: source.media_type, data: source.data } };
   }
   if (source.type === 'url') return imageUrlPart(source.url, `${param}.source.url`);
-  throw unsupported(`${param}.source`, `an image source of type '${describe(source.type)}'`);
+  throw unsupported(`${param}.source`, `an image source of type '${describeValue(source.type)}'`);
 }
 
 /** A document: a PDF (base64 or by URL) as a file, plain text as text. */
@@ -135,7 +126,7 @@ function documentParts(block: Json, param: string, context: Context): Json[] {
     if (typeof source.content === 'string') return [{ text: source.content }];
     if (Array.isArray(source.content)) return source.content.map((inner, k) => mediaOrText(inner, `${param}.source.content[${k}]`, context));
   }
-  throw unsupported(`${param}.source`, `a document source of type '${describe(source.type)}'`);
+  throw unsupported(`${param}.source`, `a document source of type '${describeValue(source.type)}'`);
 }
 
 /** A text or image block (inside a tool result or a document). */
@@ -144,7 +135,7 @@ function mediaOrText(block: unknown, param: string, context: Context): Json {
   context.dropped.cache(block);
   if (block.type === 'text' && typeof block.text === 'string') return { text: block.text };
   if (block.type === 'image') return imagePart(block, param);
-  throw unsupported(param, `a '${describe(block.type)}' block here`);
+  throw unsupported(param, `a '${describeValue(block.type)}' block here`);
 }
 
 /**
@@ -186,7 +177,7 @@ function userParts(content: unknown, param: string, context: Context): Json[] {
     else if (block.type === 'image') parts.push(imagePart(block, at));
     else if (block.type === 'document') parts.push(...documentParts(block, at, context));
     else if (block.type === 'tool_result') results.push(functionResponse(block, at, context));
-    else throw unsupported(at, `a '${describe(block.type)}' content block`);
+    else throw unsupported(at, `a '${describeValue(block.type)}' content block`);
   });
   return [...results, ...parts];
 }
@@ -225,7 +216,7 @@ function modelParts(content: unknown, param: string, context: Context): Json[] {
       context.calls.set(block.id, block.name);
       parts.push({ functionCall: { id: block.id, name: block.name, args: block.input ?? {} } });
     } else if (block.type === 'thinking' || block.type === 'redacted_thinking') thinkingPart(block, parts);
-    else throw unsupported(at, `a '${describe(block.type)}' content block in an assistant message`);
+    else throw unsupported(at, `a '${describeValue(block.type)}' content block in an assistant message`);
   });
   // A turn's function calls need a signature on the first of them; calls Gemini did not sign get Google's stand-in.
   const calls = parts.filter((part) => isObject(part.functionCall));
@@ -249,7 +240,7 @@ function contents(messages: unknown, context: Context): Json[] {
     } else if (message.role === 'assistant') {
       role = 'model';
       parts = modelParts(message.content, param, context);
-    } else throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describe(message.role)}'`);
+    } else throw new TranslationError(`${param}.role`, `role must be 'user' or 'assistant', not '${describeValue(message.role)}'`);
     // A turn that was only Claude's thinking leaves nothing to send.
     if (parts.length === 0) return;
     const last = out.at(-1);
@@ -289,7 +280,7 @@ function functionDeclarations(tools: unknown, dropped: Dropped): Json[] {
     const param = `tools[${i}]`;
     if (!isObject(tool)) throw new TranslationError(param, 'a tool must be an object');
     // Server tools (web search, bash, code execution, …) run inside Anthropic's API.
-    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describe(tool.type)}'`);
+    if (given(tool.type) && tool.type !== 'custom') throw unsupported(param, `the server tool '${describeValue(tool.type)}'`);
     if (typeof tool.name !== 'string') throw new TranslationError(`${param}.name`, 'a tool needs a name');
     const declaration: Json = { name: tool.name };
     if (typeof tool.description === 'string') declaration.description = tool.description;
@@ -312,7 +303,7 @@ function functionCallingConfig(choice: unknown, dropped: Dropped): Json {
     if (typeof choice.name !== 'string') throw new TranslationError('tool_choice.name', "tool_choice 'tool' needs a name");
     return { mode: 'ANY', allowedFunctionNames: [choice.name] };
   }
-  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describe(choice.type)}'`);
+  throw new TranslationError('tool_choice.type', `unknown tool_choice type '${describeValue(choice.type)}'`);
 }
 
 /**
@@ -329,7 +320,7 @@ function thinkingConfig(config: unknown): Json | undefined {
     if (typeof config.budget_tokens !== 'number' || !Number.isInteger(config.budget_tokens)) throw new TranslationError('thinking.budget_tokens', 'thinking needs a budget_tokens integer');
     return { thinkingBudget: config.budget_tokens, includeThoughts };
   }
-  throw unsupported('thinking.type', `thinking of type '${describe(config.type)}'`);
+  throw unsupported('thinking.type', `thinking of type '${describeValue(config.type)}'`);
 }
 
 function generateContentRequest(body: Json, upstreamModel: string): TranslatedRequest {
@@ -425,7 +416,7 @@ function messageFromGemini(body: Json, model: string): Json {
   const reason = blocked ? 'refusal' : stopReason(candidate?.finishReason, calls > 0);
   let details: Json | null = null;
   if (blocked) details = refusalDetails(feedback.blockReasonMessage, `the provider blocked the prompt (${feedback.blockReason as string})`);
-  else if (reason === 'refusal') details = refusalDetails(candidate?.finishMessage, `the provider stopped the answer (${describe(candidate?.finishReason)})`);
+  else if (reason === 'refusal') details = refusalDetails(candidate?.finishMessage, `the provider stopped the answer (${describeValue(candidate?.finishReason)})`);
   return {
     id,
     type: 'message',
