@@ -141,6 +141,8 @@ export class SseUsageReader implements UsageReader {
   /** The unfinished last line of the last read: its "usage" may be split between two reads. */
   #partial: Buffer | undefined = undefined;
   #usage: Usage | undefined = undefined;
+  /** Gemini's last line with `usageMetadata`: every chunk carries one, only the last counts, so it is parsed at the end. */
+  #lastMetadata: string | undefined = undefined;
   final = false;
 
   push(chunk: Buffer): void {
@@ -159,7 +161,9 @@ export class SseUsageReader implements UsageReader {
       const after = keyEnd(data, at + USAGE_MARK.length);
       if (after === -1 || isNull(data, after)) continue;
       const end = data.indexOf(LF, at);
-      this.#line(data.toString('utf8', data.lastIndexOf(LF, at) + 1, end).trimEnd());
+      const line = data.toString('utf8', data.lastIndexOf(LF, at) + 1, end).trimEnd();
+      if (data[at + USAGE_MARK.length] === 34 /* " */) this.#line(line);
+      else this.#lastMetadata = line;
       at = end;
     }
   }
@@ -191,8 +195,14 @@ export class SseUsageReader implements UsageReader {
     if (rest !== undefined) {
       const at = rest.indexOf(USAGE_MARK);
       const after = at === -1 ? -1 : keyEnd(rest, at + USAGE_MARK.length);
-      if (after !== -1 && !isNull(rest, after)) this.#line(rest.toString('utf8').trimEnd());
+      if (after !== -1 && !isNull(rest, after)) {
+        if (rest[at + USAGE_MARK.length] === 34 /* " */) this.#line(rest.toString('utf8').trimEnd());
+        else this.#lastMetadata = rest.toString('utf8').trimEnd();
+      }
     }
+    const metadata = this.#lastMetadata;
+    this.#lastMetadata = undefined;
+    if (metadata !== undefined) this.#line(metadata);
     return this.#usage;
   }
 }

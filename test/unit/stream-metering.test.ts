@@ -135,6 +135,40 @@ test('SseUsageReader: usage found whatever the reads; "usage":null lines are nev
   assert.equal(anthropic.final, true);
 });
 
+test("SseUsageReader: Bedrock Converse's metadata event, and Gemini's usageMetadata of the last chunk only (one parse), whatever the reads", () => {
+  const converse = 'event: contentBlockDelta\ndata: {"contentBlockIndex":0,"delta":{"text":"hi"}}\n\nevent: messageStop\ndata: {"stopReason":"end_turn"}\n\n'
+    + 'event: metadata\ndata: {"usage":{"inputTokens":11,"outputTokens":5,"cacheReadInputTokens":2,"cacheWriteInputTokens":1},"metrics":{"latencyMs":3}}\n\n';
+  for (const reads of splits(converse)) {
+    const reader = new SseUsageReader();
+    for (const read of reads) reader.push(read);
+    assert.deepEqual(reader.finish(), { prompt: 14, completion: 5, cached: 2, cacheWrite: 1 }, 'the prompt counts the cache reads and writes, as Anthropic’s does');
+    assert.equal(reader.final, true);
+  }
+  const gemini = (text: string, prompt: number, candidates: number, last: boolean) =>
+    `data: {"candidates":[{"content":{"role":"model","parts":[{"text":${JSON.stringify(text)}}]}${last ? ',"finishReason":"STOP"' : ''}}],"usageMetadata":{"promptTokenCount":${prompt},"candidatesTokenCount":${candidates},"thoughtsTokenCount":${last ? 3 : 0},"cachedContentTokenCount":4},"modelVersion":"gemini-2.5-flash"}\r\n\r\n`;
+  const text = gemini('a', 9, 0, false) + gemini('b', 9, 0, false) + gemini('c', 9, 6, true);
+  for (const reads of splits(text)) {
+    const reader = new SseUsageReader();
+    for (const read of reads) reader.push(read);
+    assert.deepEqual(reader.finish(), { prompt: 9, completion: 9, cached: 4, model: 'gemini-2.5-flash' }, 'thoughts are output');
+    assert.equal(reader.final, true);
+  }
+  const parse = JSON.parse;
+  let parsed = 0;
+  JSON.parse = ((...args: Parameters<typeof JSON.parse>) => {
+    parsed++;
+    return parse(...args);
+  }) as typeof JSON.parse;
+  try {
+    const reader = new SseUsageReader();
+    for (let i = 0; i < 50; i++) reader.push(Buffer.from(gemini('x', 9, i, i === 49)));
+    assert.equal(reader.finish()?.completion, 49 + 3);
+    assert.equal(parsed, 1, 'only the last chunk’s usageMetadata is parsed');
+  } finally {
+    JSON.parse = parse;
+  }
+});
+
 test('withStreamUsage: usage asked for whatever stream_options the client sent; its own ask kept', () => {
   const base = { model: 'm', stream: true };
   for (const options of [undefined, null, {}, { include_usage: false }, { include_obfuscation: false }]) {
