@@ -23,8 +23,8 @@ export function transportFailure(error: unknown): FailureClass {
   }
 }
 
-/** Phrases providers use for a prompt longer than the model takes. */
-const CONTEXT_LENGTH = /context[_ ]length|context window|maximum context|prompt is too long|too many (input )?tokens|input is too long|exceeds the maximum number of tokens/i;
+/** Phrases providers use for a prompt longer than the model takes (OpenAI's, Anthropic's, Bedrock's, the Gemini API's, Vertex AI's). */
+const CONTEXT_LENGTH = /context[_ ]length|context window|maximum context|prompt is too long|too many (input )?tokens|input is too long|exceeds the maximum number of tokens|model only supports up to/i;
 
 /** The error codes of a prompt refused by a provider's content filter (Azure OpenAI's, OpenAI's). */
 const CONTENT_FILTER = /"code"\s*:\s*"(content_filter|content_policy_violation)"/;

@@ -561,6 +561,15 @@ describe('failure classes', () => {
     assert.equal(statusFailure(400, openai), 'context_length');
     assert.equal(statusFailure(400, anthropic), 'context_length');
     assert.equal(statusFailure(413, anthropic), 'context_length');
+    // The clouds' words: Bedrock's, the Gemini API's and Vertex AI's.
+    for (const message of [
+      'Input is too long for requested model.',
+      'Too many input tokens. Max input tokens: 200000, request input token count: 250000',
+      'The input token count (1051000) exceeds the maximum number of tokens allowed (1048576).',
+      'Unable to submit request because the input token count is 1051000 but model only supports up to 1048576. Reduce the input token count and try again.',
+    ]) {
+      assert.equal(statusFailure(400, JSON.stringify({ message })), 'context_length', message);
+    }
     assert.equal(statusFailure(400, '{"error":{"message":"Invalid value for temperature"}}'), 'client_error');
     // Azure OpenAI's content filter (as Azure sends it) and OpenAI's.
     const azure = JSON.stringify({ error: { message: "The response was filtered due to the prompt triggering Azure OpenAI's content management policy.", type: null, param: 'prompt', code: 'content_filter', status: 400, innererror: { code: 'ResponsibleAIPolicyViolation' } } });

@@ -32,7 +32,9 @@ export class AwsSigner {
   constructor(options: AwsSignerOptions) {
     const { defaultProvider } = require('@aws-sdk/credential-provider-node') as typeof import('@aws-sdk/credential-provider-node');
     const { SignatureV4: Signer } = require('@smithy/signature-v4') as typeof import('@smithy/signature-v4');
-    const chain = defaultProvider(options.profile === undefined ? {} : { profile: options.profile });
+    // A credential endpoint that does not answer fails a fetch within about 2 s (the SDK's HTTP
+    // source would otherwise try four times, a second apart): the requests waiting get their 503.
+    const chain = defaultProvider({ ...(options.profile === undefined ? {} : { profile: options.profile }), timeout: 1000, maxRetries: 1 });
     this.#credentials = new RefreshingCredential({
       provider: options.provider,
       source: 'AWS credentials',
