@@ -22,7 +22,8 @@
 // comma-separated: throttle, server_error, unavailable, context_length, access_denied, not_found,
 // model_error, model_timeout, model_not_ready (an HTTP error before any answer); stream_error,
 // stream_throttle (an exception event after the first delta), cut (the connection destroyed after
-// the first delta), hold (a delta every 200 ms until the client goes), slow_first:<ms>, slow:<ms>.
+// the first delta), cut_first (destroyed after the opening event, before any content), hold (a
+// delta every 200 ms until the client goes), slow_first:<ms>, slow:<ms>.
 // A last user message containing BEDROCK_TOOL is answered by a call of the tool `get_weather`.
 // Every request is recorded (paths raw and decoded, headers, body, the signing key, the auth outcome).
 //
@@ -48,7 +49,7 @@ export type BedrockFailure =
   | 'throttle' | 'server_error' | 'unavailable' | 'context_length' | 'access_denied' | 'not_found'
   | 'model_error' | 'model_timeout' | 'model_not_ready';
 /** What happens to a stream after its first delta. */
-export type BedrockStreamFault = 'stream_error' | 'stream_throttle' | 'cut' | 'hold';
+export type BedrockStreamFault = 'stream_error' | 'stream_throttle' | 'cut' | 'cut_first' | 'hold';
 /** A value of the `x-mock-bedrock` header (several may be joined with commas). */
 export type BedrockTrigger = BedrockFailure | BedrockStreamFault | `slow_first:${number}` | `slow:${number}`;
 
@@ -191,7 +192,7 @@ const FAILURES: Record<BedrockFailure, { status: number; code: string; message: 
   model_error: { status: 424, code: 'ModelErrorException', message: 'Received server error (500) from model. Try your request again.' },
   model_timeout: { status: 408, code: 'ModelTimeoutException', message: 'Model has timed out in processing the request. Try your request again.' },
 };
-const STREAM_FAULTS: readonly string[] = ['stream_error', 'stream_throttle', 'cut', 'hold'];
+const STREAM_FAULTS: readonly string[] = ['stream_error', 'stream_throttle', 'cut', 'cut_first', 'hold'];
 
 type Json = Record<string, unknown>;
 interface Issued { secretAccessKey: string; sessionToken: string; expiresAt: number }
@@ -397,7 +398,7 @@ async function onRequest(ctx: Ctx): Promise<void> {
   if (!streaming) {
     // A non-stream answer: slow_first delays it, cut drops the connection, hold never answers.
     if (triggers.slowFirstMs > 0 && !(await pause(ctx, triggers.slowFirstMs))) return;
-    if (triggers.fault === 'cut') return ctx.io.cut();
+    if (triggers.fault === 'cut' || triggers.fault === 'cut_first') return ctx.io.cut();
     if (triggers.fault === 'hold') return;
   }
   if (operation === 'converse') return send(ctx, 200, converse(ctx, record.body));
@@ -838,6 +839,8 @@ async function runStream(ctx: Ctx, triggers: Triggers, frames: Frame[], tick: (n
     if (wait > 0 && !(await pause(ctx, wait))) return;
     if (!(await write(ctx, frame.make()))) return;
     sent++;
+    // `cut_first`: the connection dropped after the stream's opening event, before any content.
+    if (triggers.fault === 'cut_first') return ctx.io.cut();
     if (!frame.delta || deltaSeen) continue;
     deltaSeen = true;
     if (triggers.fault === 'stream_error') {

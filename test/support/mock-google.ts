@@ -23,7 +23,7 @@
 //
 // Text is echoed ("Gemini says: <last user text>", "Claude says: ..."), streamed in `chunks`
 // pieces. Triggers: the request header `x-mock-google` (comma-separated: `rate_limited`,
-// `server_error`, `unavailable`, `context_length`, `cut`, `slow_first:<ms>`, `slow:<ms>`, `hold`),
+// `server_error`, `unavailable`, `context_length`, `cut`, `cut_first`, `slow_first:<ms>`, `slow:<ms>`, `hold`),
 // or the `fail` option/method; a last user text containing GEMINI_TOOL (a function call, or a
 // tool_use block for Anthropic's models), GEMINI_BLOCK (the prompt blocked) or GEMINI_SAFETY (the
 // candidate stopped for safety). Every request is recorded, token and metadata requests included.
@@ -243,6 +243,8 @@ interface Ctx {
 interface Behaviour {
   failure: GoogleFailure | undefined;
   cut: boolean;
+  /** The connection dropped after the headers, before the first frame. */
+  cutFirst: boolean;
   hold: boolean;
   slowFirstMs: number;
   slowMs: number;
@@ -745,12 +747,13 @@ function anthropicError(type: string, message: string): Json {
 // Failures and behaviours
 
 function behaviour(ctx: Ctx): Behaviour {
-  const b: Behaviour = { failure: ctx.state.opts.fail, cut: false, hold: false, slowFirstMs: 0, slowMs: 0 };
+  const b: Behaviour = { failure: ctx.state.opts.fail, cut: false, cutFirst: false, hold: false, slowFirstMs: 0, slowMs: 0 };
   const header = ctx.req.headers[MOCK_GOOGLE_HEADER];
   for (const word of (typeof header === 'string' ? header : '').split(',')) {
     const [name = '', arg = ''] = word.trim().split(':');
     if (FAILURES.includes(name)) b.failure = name as GoogleFailure;
     else if (name === 'cut') b.cut = true;
+    else if (name === 'cut_first') b.cutFirst = true;
     else if (name === 'hold') b.hold = true;
     else if (name === 'slow_first') b.slowFirstMs = Number(arg) || 0;
     else if (name === 'slow') b.slowMs = Number(arg) || 0;
@@ -925,6 +928,8 @@ async function sendStream(ctx: Ctx, b: Behaviour, plan: StreamPlan): Promise<voi
     clearInterval(timer);
     return;
   }
+  // `cut_first`: the headers sent, then the connection dropped before any frame.
+  if (b.cutFirst) return cutAfter(ctx, '');
   for (const [i, frame] of plan.frames.entries()) {
     if (i > 0 && b.slowMs > 0) await delay(b.slowMs);
     if (res.destroyed) return;

@@ -132,7 +132,7 @@ const googleRequests = (mocks: Mocks, test: (path: string) => boolean): SeenRequ
 const bedrockFailures = (header: string): ProviderKind['failures'] => ({
   rate_limited: { [header]: 'throttle' },
   server_error: { [header]: 'server_error' },
-  cut: "mock-bedrock's `cut` drops the connection after the first delta (no trigger cuts before the first token)",
+  cut: { [header]: 'cut_first' },
   first_token: { [header]: `slow_first:${SLOW_FIRST_MS}` },
   context_length: { [header]: 'context_length' },
 });
@@ -145,7 +145,7 @@ const googleFailures = (cut: Record<string, string> | string): ProviderKind['fai
   context_length: { [MOCK_GOOGLE_HEADER]: 'context_length' },
 });
 
-const GEMINI_CUT = "mock-google's `cut` drops the connection after the first frame, which already carries text (no trigger cuts a Gemini stream before its first token)";
+const GEMINI_CUT = { [MOCK_GOOGLE_HEADER]: 'cut_first' };
 
 /** An OpenAI chat answer calling TOOL, as mock-upstream is scripted to send it. */
 function chatToolCall(stream: boolean): Record<string, string> {
