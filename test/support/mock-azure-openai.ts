@@ -19,7 +19,10 @@
 //
 // Triggers: a prompt containing FILTER_PROMPT is refused (400 content_filter); one containing
 // FILTER_OUTPUT is answered with `finish_reason: "content_filter"`; the request header
-// `x-mock-azure: rate_limited | server_error` (or the `fail` option/method) answers 429 or 500;
+// `x-mock-azure` (comma-separated): `rate_limited` or `server_error` (or the `fail` option/method)
+// answers 429 or 500, `context_length` Azure's 400 context_length_exceeded; a stream's `cut_first`
+// drops the connection before any event, `slow_first:<ms>` waits before it, `hold` streams until
+// the caller leaves;
 // `failTokens(true)` makes the token endpoint refuse every grant as Entra ID refuses an expired
 // secret (or an assertion out of its time range) until `failTokens(false)`.
 // Every request is recorded (method, path, query, headers, parsed body), token requests included.
@@ -75,6 +78,8 @@ export interface AzureRequest {
   raw: string;
   /** JSON, or the fields of a form body (the token endpoint); undefined when neither parses. */
   body: unknown;
+  /** The client went away before the answer was complete (not set when the mock cut it). */
+  aborted: boolean;
 }
 
 export interface IssuedToken {
@@ -138,10 +143,11 @@ const KEY_401 = 'Access denied due to invalid subscription key or wrong API endp
 const TOKEN_401 = 'Unauthorized. Access token is missing, invalid, audience is incorrect (https://cognitiveservices.azure.com), or have expired.';
 const DEPLOYMENT_404 = 'The API deployment for this resource does not exist. If you created the deployment within the last 5 minutes, please wait a moment and try again.';
 const FILTERED_400 = "The response was filtered due to the prompt triggering Azure OpenAI's content management policy. Please modify your prompt and retry. To learn more about our content filtering policies please read our documentation: https://go.microsoft.com/fwlink/?linkid=2198766";
+const CONTEXT_400 = "This model's maximum context length is 128000 tokens. However, your messages resulted in 130017 tokens. Please reduce the length of the messages.";
 const SERVER_500 = 'The server had an error processing your request. Sorry about that! You can retry your request, or contact us through an Azure support request at: https://go.microsoft.com/fwlink/?linkid=2213926 if you keep seeing this error.';
 
 type Json = Record<string, unknown>;
-interface Ctx { state: State; req: IncomingMessage; res: ServerResponse; body: unknown; apiVersion: string }
+interface Ctx { state: State; req: IncomingMessage; res: ServerResponse; body: unknown; apiVersion: string; cut: boolean; triggers?: Map<string, number> }
 interface State {
   opts: Required<Omit<MockAzureOpenAIOptions, 'fail' | 'tls'>> & { fail: AzureFailure | undefined };
   requests: AzureRequest[];
@@ -232,8 +238,12 @@ function onRequest(state: State, req: IncomingMessage, res: ServerResponse, raw:
   } else if (raw !== '') {
     try { body = JSON.parse(raw); } catch { body = undefined; }
   }
-  state.requests.push({ method: req.method ?? 'GET', path, query, headers: req.headers, raw, body });
-  const ctx: Ctx = { state, req, res, body, apiVersion: query['api-version'] ?? '' };
+  const record: AzureRequest = { method: req.method ?? 'GET', path, query, headers: req.headers, raw, body, aborted: false };
+  state.requests.push(record);
+  const ctx: Ctx = { state, req, res, body, apiVersion: query['api-version'] ?? '', cut: false };
+  res.on('close', () => {
+    if (!res.writableFinished && !ctx.cut) record.aborted = true;
+  });
 
   const token = TOKEN_ROUTE.exec(path);
   if (token !== null && req.method === 'POST') return issueToken(ctx, token[1]!);
@@ -269,9 +279,11 @@ function onRequest(state: State, req: IncomingMessage, res: ServerResponse, raw:
     return send(ctx, 400, { error: { code: 'OperationNotSupported', message: `The ${op} operation does not work with the specified model, ${model}. Please choose different model and try again. You can learn more about which models can be used with each operation here: https://go.microsoft.com/fwlink/?linkid=2197993.` } });
   }
 
-  const failure = req.headers[MOCK_AZURE_HEADER] ?? state.opts.fail;
-  if (failure === 'rate_limited') return rateLimited(ctx, operation);
-  if (failure === 'server_error') return send(ctx, 500, { error: { message: SERVER_500, type: 'server_error', param: null, code: null } });
+  const triggers = triggersOf(req.headers[MOCK_AZURE_HEADER] ?? state.opts.fail);
+  if (triggers.has('rate_limited')) return rateLimited(ctx, operation);
+  if (triggers.has('server_error')) return send(ctx, 500, { error: { message: SERVER_500, type: 'server_error', param: null, code: null } });
+  if (triggers.has('context_length')) return send(ctx, 400, { error: { message: CONTEXT_400, type: 'invalid_request_error', param: 'messages', code: 'context_length_exceeded' } });
+  ctx.triggers = triggers;
   if (operation !== 'embeddings' && raw.includes(FILTER_PROMPT)) return send(ctx, 400, promptFiltered());
 
   const filterOutput = raw.includes(FILTER_OUTPUT);
@@ -453,8 +465,25 @@ function streamChat(ctx: Ctx, model: string, text: string, filtered: boolean): v
   if (withUsage) events.push({ ...base, choices: [], usage: usage(state) });
   res.writeHead(200, { ...azureHeaders(ctx), 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' });
   const frames = [...events.map((e) => `data: ${JSON.stringify(e)}\n\n`), 'data: [DONE]\n\n'];
+  const triggers = ctx.triggers ?? new Map<string, number>();
+  // cut_first: the headers, then the connection dropped before any event.
+  if (triggers.has('cut_first')) {
+    ctx.cut = true;
+    return void res.write('', () => res.destroy());
+  }
+  // hold: the prompt's annotations and the role, then a content chunk every 200 ms until the caller leaves.
+  if (triggers.has('hold')) {
+    res.write(frames[0]! + frames[1]!);
+    const timer = setInterval(() => res.write(`data: ${JSON.stringify(choice({ content: '.' }, outputFilterResults(false), null))}\n\n`), 200);
+    return void res.once('close', () => clearInterval(timer));
+  }
+  const first = triggers.get('slow_first') ?? 0;
   const delay = state.opts.chunkDelayMs;
-  if (delay <= 0) return void res.end(frames.join(''));
+  if (delay <= 0 && first <= 0) return void res.end(frames.join(''));
+  if (delay <= 0) {
+    const timer = setTimeout(() => res.end(frames.join('')), first);
+    return void res.once('close', () => clearTimeout(timer));
+  }
   // Paced: one event per pause, stopped if the caller leaves.
   let next = 0;
   const timer = setInterval(() => {
@@ -515,6 +544,16 @@ function azureHeaders(ctx: Ctx): OutgoingHttpHeaders {
   const client = ctx.req.headers['x-ms-client-request-id'];
   if (typeof client === 'string') headers['x-ms-client-request-id'] = client;
   return headers;
+}
+
+/** The `x-mock-azure` header's triggers (comma-separated; `slow_first:<ms>` with its value). */
+function triggersOf(header: string | string[] | undefined): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const word of (Array.isArray(header) ? header.join(',') : header ?? '').split(',')) {
+    const [name = '', value = '0'] = word.trim().split(':');
+    if (name !== '') out.set(name, Number(value) || 0);
+  }
+  return out;
 }
 
 function send(ctx: Ctx, status: number, body: unknown, extra: OutgoingHttpHeaders = {}): void {

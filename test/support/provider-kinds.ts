@@ -254,13 +254,13 @@ export const KINDS: readonly ProviderKind[] = [
     label: 'azure_openai', id: 'azure', provider: 'azure', model: 'gpt-4o-mini', usage: USAGE.azure, identity: 'api_key',
     providerConfig: (m) => ({ name: 'azure', type: 'azure_openai', base_url: m.azure.url, api_key: m.azure.apiKey, api_version: '2024-10-21' }),
     reply: (text) => `azure reply to: ${text}`,
-    requests: (m) => m.azure.requests.filter((r) => r.path.startsWith('/openai/')).map((r) => ({ path: r.path, headers: r.headers, raw: r.raw, aborted: undefined, auth: undefined })),
+    requests: (m) => m.azure.requests.filter((r) => r.path.startsWith('/openai/')).map((r) => ({ path: r.path, headers: r.headers, raw: r.raw, aborted: r.aborted, auth: undefined })),
     failures: {
       rate_limited: { [MOCK_AZURE_HEADER]: 'rate_limited' },
       server_error: { [MOCK_AZURE_HEADER]: 'server_error' },
-      cut: 'mock-azure-openai has no trigger that cuts a stream (x-mock-azure: rate_limited | server_error only)',
-      first_token: 'mock-azure-openai has no trigger that delays a first token (its chunkDelayMs paces every stream of the mock)',
-      context_length: 'mock-azure-openai has no context-length trigger',
+      cut: { [MOCK_AZURE_HEADER]: 'cut_first' },
+      first_token: { [MOCK_AZURE_HEADER]: `slow_first:${SLOW_FIRST_MS}` },
+      context_length: { [MOCK_AZURE_HEADER]: 'context_length' },
     },
     cutOutcome: 'reset',
     tool: 'mock-azure-openai has no tool trigger',
@@ -268,7 +268,7 @@ export const KINDS: readonly ProviderKind[] = [
       if (m.paceMs <= 0) throw new Error('a slow Azure stream needs its mock started with paceMs');
       return {};
     },
-    hold: 'mock-azure-openai has no stream that lasts until the client goes, nor records a client gone',
+    hold: { [MOCK_AZURE_HEADER]: 'hold' },
   },
   {
     label: 'bedrock (converse)', id: 'bedrock-converse', provider: 'bedrock', model: 'meta.llama3-1-8b-instruct-v1:0', usage: USAGE.bedrock, identity: 'aws',
