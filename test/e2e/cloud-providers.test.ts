@@ -280,6 +280,26 @@ describe('vertex', () => {
   });
 });
 
+describe('the Responses API', () => {
+  test('reaches Converse and Gemini through Messages, JSON and stream', async () => {
+    for (const [model, says] of [['llama', /Bedrock says: hello responses/], ['gemini-flash', /Gemini says: hello responses/]] as const) {
+      const answer = await openai.responses.create({ model, input: 'hello responses', max_output_tokens: 64 });
+      assert.equal(answer.status, 'completed', model);
+      assert.match(answer.output_text, says);
+      assert.ok((answer.usage?.input_tokens ?? 0) > 0, `${model}: usage`);
+      const stream = await openai.responses.create({ model, input: 'hello responses', max_output_tokens: 64, stream: true });
+      let text = '';
+      let completed = false;
+      for await (const event of stream) {
+        if (event.type === 'response.output_text.delta') text += event.delta;
+        if (event.type === 'response.completed') completed = true;
+      }
+      assert.match(text, says);
+      assert.equal(completed, true, `${model}: the stream ends with response.completed`);
+    }
+  });
+});
+
 describe('the Vercel AI SDK and LangChain as clients', () => {
   // Each cloud model through both client APIs, JSON and stream: the text comes back whole.
   const CASES = [
