@@ -17,8 +17,10 @@ const NOT_FORWARDED_UPSTREAM = new Set([
   'host',
   'authorization',
   'x-api-key',
-  // Azure OpenAI's key header: a client's is never passed on.
+  // Azure OpenAI's key header, Google's and an AWS session token: a client's is never passed on.
   'api-key',
+  'x-goog-api-key',
+  'x-amz-security-token',
   'content-length',
   'content-type',
   'accept-encoding',

@@ -161,7 +161,7 @@ export function createLoggers(options: LoggerOptions): Loggers {
     {
       ...common,
       redact: {
-        paths: ['authorization', 'api_key', 'key', '*.authorization', '*.api_key', '*["x-api-key"]', '*["api-key"]', 'headers.authorization'],
+        paths: ['authorization', 'api_key', 'key', '*.authorization', '*.api_key', '*["x-api-key"]', '*["api-key"]', '*["x-goog-api-key"]', '*["x-amz-security-token"]', 'headers.authorization'],
         censor: '[redacted]',
       },
     },

@@ -14,12 +14,14 @@ test('upstream: hop-by-hop headers are removed', () => {
   assert.deepEqual(upstreamHeaders(headers), { 'x-keep': '1' });
 });
 
-test("upstream: host, authorization, x-api-key, Azure's api-key and content-length are removed", () => {
+test("upstream: host, authorization, x-api-key, Azure's api-key, Google's key, an AWS session token and content-length are removed", () => {
   const out = upstreamHeaders({
     host: 'gateway.local:8080',
     authorization: 'Bearer client-key',
     'x-api-key': 'client-key',
     'api-key': 'client-key',
+    'x-goog-api-key': 'client-key',
+    'x-amz-security-token': 'client-token',
     'content-length': '42',
     'openai-beta': 'assistants=v2',
     'anthropic-beta': 'tools-2024',
