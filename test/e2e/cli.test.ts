@@ -253,8 +253,8 @@ providers:
     const result = await run(['validate', '--config', file], { SLUICE_TEST_ADDR: '10.9.8.7:6543', SLUICE_TEST_TYPE: secret, SLUICE_TEST_PROVIDER: secret, SLUICE_TEST_SECS: secret });
     assert.equal(result.code, 1);
     for (const leaked of [secret, '10.9.8.7', '6543']) assert.ok(!result.stderr.includes(leaked), `${leaked} in:\n${result.stderr}`);
-    assert.match(result.stderr, /providers\[0\]\.type: expected one of "openai" \| "anthropic" \| "azure_openai" \| "echo" \(/);
-    assert.match(result.stderr, /providers\[1\]\.type: expected one of "openai" \| "anthropic" \| "azure_openai" \| "echo", got "antropic" \(did you mean "anthropic"\?\)/);
+    assert.match(result.stderr, /providers\[0\]\.type: expected one of "openai" \| "anthropic" \| "azure_openai" \| "bedrock" \| "gemini" \| "vertex" \| "echo" \(/);
+    assert.match(result.stderr, /providers\[1\]\.type: expected one of "openai" \| "anthropic" \| "azure_openai" \| "bedrock" \| "gemini" \| "vertex" \| "echo", got "antropic" \(did you mean "anthropic"\?\)/);
     assert.match(result.stderr, /listeners\[1\]\.address: an admin listener binds to loopback unless admin\.allow_non_loopback is true \(/);
     assert.match(result.stderr, /models\[0\]\.provider: no provider of that name \(/);
     assert.match(result.stderr, /shutdown\.min_drain_secs: expected number, got a string \(/);
