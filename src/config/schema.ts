@@ -173,8 +173,8 @@ const CLOUD_FIELDS: Readonly<Record<string, readonly string[]>> = {
   location: ['vertex'],
 };
 
-function cloudProviderIssues(p: Record<string, unknown> | undefined, index: number, ctx: z.RefinementCtx): void {
-  if (p === undefined || typeof p !== 'object') return;
+function cloudProviderIssues(p: Record<string, unknown> | null | undefined, index: number, ctx: z.RefinementCtx): void {
+  if (p === null || typeof p !== 'object') return;
   const type = p.type;
   for (const [field, types] of Object.entries(CLOUD_FIELDS)) {
     if (p[field] !== undefined && typeof type === 'string' && !types.includes(type)) {

@@ -740,3 +740,21 @@ describe('workers', () => {
     assert.equal(loadDefaultConfig({}).workers, 'auto');
   });
 });
+
+describe('cloud providers', () => {
+  const LISTENERS = 'listeners:\n  - { name: proxy, address: "127.0.0.1:0", role: proxy }\n';
+  test('each needs its own settings, and their fields are refused on another type', () => {
+    const problems = problemsOf(`${LISTENERS}providers:\n  - { name: a, type: bedrock }\n  - { name: b, type: vertex }\n  - { name: c, type: gemini }\n  - { name: d, type: openai, region: us-east-1 }\n  - { name: e, type: bedrock, region: us-east-1, api_key: k }\n  - { name: f, type: azure_openai, base_url: "https://x.openai.azure.com", auth: entra_id, api_key: k }\n`);
+    assert.match(problemAt(problems, 'providers[0].region').message, /required for bedrock/);
+    assert.match(problemAt(problems, 'providers[1].project').message, /required for vertex/);
+    assert.match(problemAt(problems, 'providers[2].api_key').message, /required for gemini/);
+    assert.match(problemAt(problems, 'providers[3].region').message, /region is for bedrock providers only/);
+    assert.match(problemAt(problems, 'providers[4].api_key').message, /the gateway's own cloud identity/);
+    assert.match(problemAt(problems, 'providers[5].api_key').message, /auth entra_id/);
+  });
+
+  test('a provider that is null (not a mapping) is a problem at its path, not a crash (found by fuzzing)', () => {
+    const problems = problemsOf(`${LISTENERS}providers:\n  - null\n`);
+    assert.ok(problems.some((p) => p.path.startsWith('providers[0]')), JSON.stringify(problems));
+  });
+});
