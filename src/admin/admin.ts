@@ -22,8 +22,11 @@ export interface AdminEnvironment {
   readonly metrics: Metrics;
   readonly lifecycle: AdminLifecycle;
   readonly version: string;
-  /** The admin tokens by name (`admin.token` is named "admin"), compared as SHA-256 digests in constant time. None: the API is open. */
-  readonly tokens: readonly { name: string; token: string }[];
+  /**
+   * The admin tokens by name (`admin.token` is named "admin"), compared as SHA-256 digests in
+   * constant time, with their scope (`read`: nothing that changes anything). None: the API is open.
+   */
+  readonly tokens: readonly { name: string; token: string; scope: 'read' | 'write' }[];
   /** How long a graceful admin drain keeps accepting. */
   readonly drainTimeSecs: number;
   /** The process's (or, under a supervisor, the whole group's) state for GET /server_info. */
@@ -51,18 +54,21 @@ const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
 const STATUS_EVENTS = '/status/events';
 /** The resource routes (resources-api.ts) live below this path. */
 const CONFIG = '/config';
+/** A read token asked for a change. */
+const READ_ONLY = (who: string) =>
+  new GatewayError(403, 'permission_error', 'admin_token_read_only', `admin token "${who}" has scope read: it may look, not change anything`);
 const UNAUTHORIZED = () => new GatewayError(401, 'authentication_error', 'invalid_admin_token', 'admin token missing or wrong: send "Authorization: Bearer <admin.token>"');
 
 export class AdminRoutes implements RouteTable {
   readonly #env: AdminEnvironment;
-  readonly #tokens: { name: string; digest: Buffer }[];
+  readonly #tokens: { name: string; digest: Buffer; scope: 'read' | 'write' }[];
   readonly #openApi: string;
   readonly #guard: AdminRequestGuard;
 
   constructor(env: AdminEnvironment) {
     this.#env = env;
     this.#guard = new AdminRequestGuard(env.allowedHosts);
-    this.#tokens = env.tokens.map((t) => ({ name: t.name, digest: digest(t.token) }));
+    this.#tokens = env.tokens.map((t) => ({ name: t.name, digest: digest(t.token), scope: t.scope }));
     this.#openApi = JSON.stringify(openApiDocument(env.version, env.status ? ADMIN_ROUTES : ADMIN_ROUTES.filter((r) => !r.statusPage)));
   }
 
@@ -90,15 +96,21 @@ export class AdminRoutes implements RouteTable {
   handle(ctx: RequestContext, path: string): void {
     const decision = this.#env.lifecycle;
     if (path === CONFIG || path.startsWith(`${CONFIG}/`)) {
-      const who = this.#caller(ctx);
-      if (who === undefined) return sendError(ctx, decision, UNAUTHORIZED());
+      const caller = this.#caller(ctx);
+      if (caller === undefined) return sendError(ctx, decision, UNAUTHORIZED());
+      if (caller.scope === 'read' && ctx.req.method !== 'GET' && ctx.req.method !== 'HEAD') return sendError(ctx, decision, READ_ONLY(caller.name));
       const { resources, current, audit } = this.#env;
-      return serveResources({ store: resources, current, audit, decision }, ctx, path.slice(CONFIG.length + 1).split('/').filter((s, i, all) => s !== '' || i < all.length - 1), who);
+      return serveResources({ store: resources, current, audit, decision }, ctx, path.slice(CONFIG.length + 1).split('/').filter((s, i, all) => s !== '' || i < all.length - 1), caller.name);
     }
     const route = ROUTES.get(path);
     if (!route || (route.statusPage && !this.#env.status)) return sendError(ctx, decision, errors.notFound(path));
     if (ctx.req.method !== route.method) return sendError(ctx, decision, errors.methodNotAllowed(ctx.req.method ?? '', path, route.method));
-    if (!route.open && this.#caller(ctx) === undefined) return sendError(ctx, decision, UNAUTHORIZED());
+    if (!route.open) {
+      const caller = this.#caller(ctx);
+      if (caller === undefined) return sendError(ctx, decision, UNAUTHORIZED());
+      // Every admin route that is not a GET changes something (a drain, the health check, a hot restart).
+      if (caller.scope === 'read' && route.method !== 'GET') return sendError(ctx, decision, READ_ONLY(caller.name));
+    }
     this.#serve(ctx, route);
   }
 
@@ -149,14 +161,14 @@ export class AdminRoutes implements RouteTable {
     }
   }
 
-  /** The name of the admin token presented, or undefined when it is missing or wrong (every token is compared, in constant time). */
-  #caller(ctx: RequestContext): string | undefined {
-    if (this.#tokens.length === 0) return NO_TOKEN;
+  /** The admin token presented (its name and scope), or undefined when it is missing or wrong (every token is compared, in constant time). */
+  #caller(ctx: RequestContext): { name: string; scope: 'read' | 'write' } | undefined {
+    if (this.#tokens.length === 0) return { name: NO_TOKEN, scope: 'write' };
     const match = /^Bearer\s+(\S+)\s*$/i.exec(ctx.req.headers.authorization ?? '');
     if (!match) return undefined;
     const presented = digest(match[1]!);
-    let who: string | undefined;
-    for (const t of this.#tokens) if (timingSafeEqual(presented, t.digest)) who ??= t.name;
+    let who: { name: string; scope: 'read' | 'write' } | undefined;
+    for (const t of this.#tokens) if (timingSafeEqual(presented, t.digest)) who ??= { name: t.name, scope: t.scope };
     return who;
   }
 

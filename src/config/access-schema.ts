@@ -34,8 +34,12 @@ export const authSchema = z.strictObject({
 export const adminSchema = z.strictObject({
   /** Bearer token required on every admin route except /livez, /readyz and /metrics (its name in audit events: "admin"). */
   token: adminToken.optional(),
-  /** More tokens, each with the name that audit events give as who made a change. */
-  tokens: z.array(z.strictObject({ name, token: adminToken })).default([]),
+  /**
+   * More tokens, each with the name that audit events give as who made a change, and its scope:
+   * `write` (the default) may do everything; `read` sees the status, the metrics and the
+   * resources and changes nothing (a write, a drain, a health-check change or a hot restart is 403).
+   */
+  tokens: z.array(z.strictObject({ name, token: adminToken, scope: z.enum(['read', 'write']).default('write') })).default([]),
   /** Admin listeners must bind to loopback unless this is true. */
   allow_non_loopback: fromEnv(z.boolean()).default(false),
   /**

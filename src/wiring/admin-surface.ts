@@ -51,7 +51,7 @@ export function adminRoutes(parts: AdminParts, statusFeed: StatusFeed, serving: 
       metrics,
       lifecycle,
       version,
-      tokens: [...(c.admin.token ? [{ name: 'admin', token: c.admin.token }] : []), ...c.admin.tokens],
+      tokens: [...(c.admin.token ? [{ name: 'admin', token: c.admin.token, scope: 'write' as const }] : []), ...c.admin.tokens],
       resources: options.configSource?.store ?? configStore(c, options.configFile ? 'file' : 'embedded', options.configFile ?? 'embedded default'),
       current: serving,
       audit: logger,

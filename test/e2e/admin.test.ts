@@ -112,6 +112,42 @@ describe('admin token and OpenAPI document', () => {
   });
 });
 
+describe('admin token scopes', () => {
+  const READER = 'reader-token-0123456789abcdef';
+  let gw: GatewayProcess;
+  before(async () => {
+    gw = await startGateway({ config: config({ admin: { token: TOKEN, tokens: [{ name: 'dashboard', token: READER, scope: 'read' }] } }) });
+  });
+  after(async () => gw?.stop());
+
+  test('a read token sees the status, the metrics, the status page and the resources, and changes nothing (403, named)', async () => {
+    const reader = { authorization: `Bearer ${READER}` };
+    for (const path of ['/server_info', '/metrics', '/status', '/openapi.json', '/config/providers', '/config/models/m']) {
+      assert.equal((await admin(gw, 'GET', path, reader)).status, 200, path);
+    }
+    const writes: [string, string, string?][] = [
+      ['POST', '/healthcheck/fail'],
+      ['POST', '/healthcheck/ok'],
+      ['POST', '/drain_listeners?graceful'],
+      ['POST', '/hot_restart'],
+      ['PUT', '/config/models/n', JSON.stringify({ provider: 'up' })],
+      ['DELETE', '/config/models/m'],
+    ];
+    for (const [method, path, body] of writes) {
+      const res = await httpRequest(`${gw.adminUrl}${path}`, { method, headers: { ...reader, 'content-type': 'application/json' }, body });
+      assert.equal(res.status, 403, `${method} ${path}: ${res.body}`);
+      assert.match(res.body, /"code":"admin_token_read_only"/);
+      assert.match(res.body, /admin token \\"dashboard\\" has scope read/);
+    }
+    const info = JSON.parse((await admin(gw, 'GET', '/server_info')).body) as { state: string };
+    assert.equal(info.state, 'serving', 'nothing was drained');
+    assert.equal((await admin(gw, 'GET', '/config/models/m', reader)).status, 200, 'nothing was deleted');
+    // The write token (admin.token, and a listed token without a scope) may.
+    assert.equal((await admin(gw, 'POST', '/healthcheck/ok')).status, 200);
+    assert.ok(!gw.stdout().includes(READER), 'the token is never logged');
+  });
+});
+
 describe('admin drains', () => {
   test('graceful drain keeps accepting for the drain time with readiness 503, the next response closes its connection, then the process exits; repeating it is a no-op', async () => {
     const gw = await startGateway({ config: config({ shutdown: { drain_time_secs: 1.5, min_drain_secs: 30 } }) });
