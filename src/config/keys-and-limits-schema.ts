@@ -43,6 +43,10 @@ const keyPolicy = {
   limits: keyLimits.optional(),
   /** Spend allowed to this key per day or month. */
   budget: budget.optional(),
+  /** The team the key belongs to (a name of `teams`): the team's limits and budget apply to it too. */
+  team: name.optional(),
+  /** Spend allowed to each `user` the key's clients name (OpenAI's `user`, Anthropic's `metadata.user_id`), per day or month. */
+  user_budget: budget.optional(),
 };
 /**
  * A client key's text. Never one holding "${": the gateway keeps only a key's digest, so a
@@ -62,6 +66,23 @@ const hashedKey = z.strictObject({
 /** A named key, as a resource of the admin API or etcd holds it: the key, or its digest. */
 export const namedKeySchema = z.union([rawKey, hashedKey]);
 export const clientKeySchema = z.union([keyText, rawKey, hashedKey]);
+
+/**
+ * A team: keys that share limits and a budget. A request passes its key's limits, its team's and the
+ * gateway's in one step, or none of them counts it.
+ */
+export const teamSchema = z.strictObject({
+  name,
+  /** Requests, tokens and concurrency allowed to all the team's keys together. */
+  limits: rateLimitsSchema.optional(),
+  /** Spend allowed to all the team's keys together, per day or month. */
+  budget: budget.optional(),
+  /** Spend allowed to each `user` of the team's keys, per day or month. */
+  user_budget: budget.optional(),
+  /** Free labels: in the admin API and the ledger, not in metrics. */
+  metadata: z.record(z.string(), z.string()).optional(),
+});
+export type TeamConfig = z.infer<typeof teamSchema>;
 
 const redis = z.strictObject({
   /** redis://[user:password@]host:port[/db] or rediss:// (TLS). Never logged whole (it may hold a password). */

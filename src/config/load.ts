@@ -305,7 +305,7 @@ function suggestKey(key: string, schemaPath: readonly PropertyKey[], parentPath:
   const exact = deeper.filter((path) => path.at(-1)!.toLowerCase() === key.toLowerCase());
   const found = exact.length > 0 ? exact : deeper.filter((path) => closest(key, [path.at(-1)!]) !== undefined);
   if (found.length > 0 && found.length <= 3) return ` (did you mean ${found.map((path) => `"${formatPath([...parentPath, ...path])}"`).join(' or ')}?)`;
-  return known.length > 0 && known.length <= 20 ? ` (known keys: ${known.join(', ')})` : '';
+  return known.length > 0 && known.length <= 30 ? ` (known keys: ${known.join(', ')})` : '';
 }
 
 type SchemaDef = { type: string; shape?: Record<string, unknown>; innerType?: unknown; element?: unknown; out?: unknown; options?: unknown[] };
@@ -431,12 +431,24 @@ export function loadConfigFile(file: string, env: NodeJS.ProcessEnv = process.en
   } catch (error) {
     throw new ConfigError(file, [{ path: '', message: `cannot read file: ${(error as NodeJS.ErrnoException).code ?? String(error)}` }]);
   }
-  return parseConfig(text, file, env);
+  return withLedgerPaths(parseConfig(text, file, env), file);
 }
 
 /** The config used when none is given: the embedded default, with providers added for keys in env. */
 export function loadDefaultConfig(env: NodeJS.ProcessEnv = process.env): Config {
-  return parseConfig(defaultConfigText(env), 'embedded default', env);
+  return withLedgerPaths(parseConfig(defaultConfigText(env), 'embedded default', env), 'sluice');
+}
+
+/**
+ * The ledger's files, when the config does not name them: beside the config file, named after it
+ * (`sluice.yaml.ledger.sqlite`, `sluice.yaml.ledger-spool/`), as the snapshot is. Settled here, so
+ * that every process of a group and every reload reads the same paths.
+ */
+function withLedgerPaths(config: Config, base: string): Config {
+  const ledger = config.ledger;
+  if (ledger === undefined || (ledger.sqlite_path !== undefined && ledger.spool_dir !== undefined)) return config;
+  const paths = { sqlite_path: ledger.sqlite_path ?? `${base}.ledger.sqlite`, spool_dir: ledger.spool_dir ?? `${base}.ledger-spool` };
+  return deepFreeze({ ...config, ledger: { ...ledger, ...paths } });
 }
 
 function deepFreeze<T>(value: T): T {

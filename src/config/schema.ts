@@ -4,12 +4,14 @@
 import { z } from 'zod';
 import { adminSchema, authSchema } from './access-schema.ts';
 import { etcdSchema, snapshotSchema } from './etcd-schema.ts';
-import { clientKeySchema, limitsSchema, priceSchema } from './keys-and-limits-schema.ts';
+import { clientKeySchema, limitsSchema, priceSchema, teamSchema } from './keys-and-limits-schema.ts';
+import { budgetAlertsSchema, ledgerSchema } from './ledger-schema.ts';
 import { downstreamSchema, isLoopback, listenerSchema, parseAddress } from './listener-schema.ts';
 import { hotRestartSchema, logSchema, reloadSchema, shutdownSchema, tracingSchema, workersRecycleSchema, workersSchema } from './process-schema.ts';
 import { modelSchema, PRESETS_NEEDING_A_KEY, providerSchema, routingSchema, upstreamSchema, type OpenAIPreset } from './routing-schema.ts';
 
-export { namedKeySchema, rateLimitsSchema, type BudgetConfig, type LimitsConfig, type PriceConfig, type RateLimits } from './keys-and-limits-schema.ts';
+export { namedKeySchema, rateLimitsSchema, teamSchema, type BudgetConfig, type LimitsConfig, type PriceConfig, type RateLimits, type TeamConfig } from './keys-and-limits-schema.ts';
+export type { BudgetAlertsConfig, LedgerConfig } from './ledger-schema.ts';
 export { isLoopback, parseAddress, type SocketAddress } from './listener-schema.ts';
 export type { TracingConfig } from './process-schema.ts';
 export { DEFAULT_ROUTE_RETRY, FAILURE_CLASSES, OPENAI_PRESETS, modelSchema, modelTargets, providerSchema, targetSchema, type FailureClass, type OpenAIPreset, type RouteRetryConfig, type TargetConfig } from './routing-schema.ts';
@@ -22,6 +24,8 @@ export const configSchema = z
     providers: z.array(providerSchema).default([]),
     models: z.array(modelSchema).default([]),
     keys: z.array(clientKeySchema).default([]),
+    /** Teams of keys, with limits and budgets of their own. */
+    teams: z.array(teamSchema).default([]),
     auth: authSchema.default(authSchema.parse({})),
     shutdown: shutdownSchema.default(shutdownSchema.parse({})),
     downstream: downstreamSchema.default(downstreamSchema.parse({})),
@@ -39,6 +43,10 @@ export const configSchema = z
     etcd: etcdSchema.optional(),
     snapshot: snapshotSchema.default(snapshotSchema.parse({})),
     tracing: tracingSchema.default(tracingSchema.parse({})),
+    /** The usage ledger: a record of every request, kept through restarts (docs/usage-ledger.md). Absent: none is kept. */
+    ledger: ledgerSchema.optional(),
+    /** A webhook told when a key's or a team's budget crosses 50 %, 80 %, 100 %. */
+    budget_alerts: budgetAlertsSchema.optional(),
   })
   .superRefine(crossChecks, {
     // Run even when some values have the wrong type, so one run reports every problem.
@@ -78,11 +86,23 @@ function crossChecks(value: unknown, ctx: z.RefinementCtx): void {
   unique(listeners, 'listeners');
   unique(providers, 'providers');
   unique(models, 'models');
+  const teams = list('teams');
+  unique(teams, 'teams');
+  const teamNames = new Set(teams.map((t) => t?.name).filter((n) => typeof n === 'string'));
+  list('keys').forEach((k, index) => {
+    if (k !== null && typeof k === 'object' && typeof k.team === 'string' && !teamNames.has(k.team)) {
+      quoting(ctx, ['keys', index, 'team'], 'no team of that name', `unknown team "${k.team}" (known: ${[...teamNames].map((t) => `"${String(t)}"`).join(', ') || 'none configured'})`, (at) => [at, ...teams.map((_, i) => ['teams', i, 'name'])]);
+    }
+  });
+  const ledger = config.ledger as Record<string, unknown> | undefined;
+  if (ledger?.store === 'postgres' && ledger.postgres === undefined) {
+    ctx.addIssue({ code: 'custom', path: ['ledger', 'postgres'], message: 'ledger.store "postgres" needs ledger.postgres.url' });
+  }
   const adminSection = config.admin as Record<string, unknown> | undefined;
   if (adminSection && Array.isArray(adminSection.tokens)) unique(adminSection.tokens as Named[], 'admin', 'tokens');
   if (config.etcd !== undefined) {
     // In etcd mode the resources live in etcd only: two sources of one list would disagree.
-    for (const kind of ['providers', 'models', 'keys'] as const) {
+    for (const kind of ['providers', 'models', 'keys', 'teams'] as const) {
       if (Array.isArray(config[kind]) && (config[kind] as unknown[]).length > 0) {
         ctx.addIssue({ code: 'custom', path: [kind], message: `with etcd configured, ${kind} live in etcd: write them with the admin API or \`sluice apply\`, not in this file` });
       }
