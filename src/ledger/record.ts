@@ -1,0 +1,60 @@
+// One request's record in the usage ledger: what it was, who sent it, where it went and what it
+// cost. Plain data, the same in the spool, in either store and in the admin API's answers.
+
+/** One upstream attempt of a request (a retry or a fallback is one more). */
+export interface LedgerAttempt {
+  /** `provider/model`. */
+  readonly target: string;
+  /** `success`, a failure class, or `cancelled`. */
+  readonly outcome: string;
+  /** The upstream's HTTP status, when it answered with one. */
+  readonly status?: number | undefined;
+  /** From the attempt's start to its failure or its commit. */
+  readonly ms: number;
+}
+
+export interface LedgerRecord {
+  /** The request id (the `x-request-id` the gateway answers with): the record's key, written once. */
+  id: string;
+  kind: 'request' | 'realtime';
+  /** Epoch ms. */
+  started_at: number;
+  /** Ms from the start to the answer's head (a stream's first content); null when none went out. */
+  first_byte_ms: number | null;
+  /** Epoch ms. */
+  ended_at: number;
+  /** The client key's name, its team, and the `user` the client named; '' when none. */
+  key: string;
+  team: string;
+  user: string;
+  /** The key's metadata. */
+  metadata: Record<string, string> | null;
+  /** `x-sluice-tags`. */
+  tags: string[];
+  /** The caller's API: `openai` or `anthropic`. */
+  api: string;
+  endpoint: string;
+  /** The model the client asked for, the configured entry it matched, the provider that served and the model it was asked for. */
+  model: string;
+  route: string;
+  provider: string;
+  served_model: string;
+  attempts: LedgerAttempt[];
+  status: number;
+  /** The stable error code; '' when none. */
+  error: string;
+  prompt_tokens: number;
+  completion_tokens: number;
+  cached_tokens: number;
+  cache_write_tokens: number;
+  /** The provider never reported the usage whole: estimated. */
+  usage_estimated: boolean;
+  /** Micro-dollars; null when the model has no price. */
+  cost_micros: number | null;
+  bytes_in: number;
+  bytes_out: number;
+  listener: string;
+  /** The worker that served it (0: one process) and the hot-restart generation (0: none). */
+  worker: number;
+  generation: number;
+}

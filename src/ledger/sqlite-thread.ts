@@ -1,0 +1,154 @@
+// The SQLite ledger's own thread: node:sqlite is synchronous, so its statements run here, never on
+// the gateway's event loop. sqlite-store.ts sends `{ id, op, args }` and gets `{ id, ok, value }` or
+// `{ id, ok: false, message }` back; id 0 is the open (the database opened and migrated, or why
+// not). WAL and a busy timeout let several processes (a gateway's workers) write the same file.
+import { parentPort, workerData } from 'node:worker_threads';
+import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
+import type { LedgerRecord } from './record.ts';
+import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
+import {
+  claimStatement,
+  insertStatement,
+  pruneStatement,
+  requestsPage,
+  requestStatement,
+  requestsStatement,
+  rowRecord,
+  usageRows,
+  usageStatement,
+  type RequestsPage,
+  type RequestsQuery,
+  type Statement,
+  type UsageQuery,
+  type UsageRow,
+} from './store.ts';
+
+/** The operations of the thread: their arguments and what they resolve with. */
+export interface ThreadOps {
+  insert: { args: [records: readonly LedgerRecord[]]; result: number };
+  usage: { args: [q: UsageQuery]; result: UsageRow[] };
+  requests: { args: [q: RequestsQuery]; result: RequestsPage };
+  request: { args: [id: string]; result: LedgerRecord | undefined };
+  prune: { args: [beforeMs: number, limit: number]; result: number };
+  claim: { args: [id: string, claimedAt: number]; result: boolean };
+  close: { args: []; result: void };
+}
+
+export interface ThreadRequest {
+  readonly id: number;
+  readonly op: keyof ThreadOps;
+  readonly args: readonly unknown[];
+}
+
+export type ThreadReply = { readonly id: number; readonly ok: true; readonly value: unknown } | { readonly id: number; readonly ok: false; readonly message: string; readonly name: string };
+
+export interface ThreadData {
+  readonly path: string;
+}
+
+/** How long a statement waits for another process's write lock before SQLITE_BUSY. */
+const BUSY_TIMEOUT_MS = 5000;
+/** Rows per INSERT statement (30 columns each: well under SQLite's 32766 variables). */
+const INSERT_CHUNK = 500;
+/** Prepared statements kept (the SQL of an insert depends on its row count; most batches are full). */
+const STATEMENT_CACHE = 16;
+
+class LedgerDatabase {
+  readonly #db: DatabaseSync;
+  readonly #statements = new Map<string, StatementSync>();
+
+  constructor(path: string) {
+    this.#db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
+    this.#db.exec('PRAGMA journal_mode = WAL');
+    this.#db.exec('PRAGMA synchronous = NORMAL');
+    this.#write(() => {
+      this.#db.exec(schemaTableSql('sqlite'));
+      const row = this.#db.prepare(SCHEMA_VERSION_SQL).get();
+      for (const sql of migrationSql(Number(row?.version ?? 0), 'sqlite', Date.now())) this.#db.exec(sql);
+    });
+  }
+
+  /** A write transaction, begun IMMEDIATE: it waits (busy timeout) for the write lock at once, never half-way. */
+  #write<T>(fn: () => T): T {
+    this.#db.exec('BEGIN IMMEDIATE');
+    try {
+      const result = fn();
+      this.#db.exec('COMMIT');
+      return result;
+    } catch (error) {
+      if (this.#db.isTransaction) this.#db.exec('ROLLBACK');
+      throw error;
+    }
+  }
+
+  #prepare(sql: string): StatementSync {
+    let statement = this.#statements.get(sql);
+    if (!statement) {
+      statement = this.#db.prepare(sql);
+      if (this.#statements.size >= STATEMENT_CACHE) this.#statements.delete(this.#statements.keys().next().value!);
+      this.#statements.set(sql, statement);
+    }
+    return statement;
+  }
+
+  #all(s: Statement): Record<string, unknown>[] {
+    return this.#prepare(s.sql).all(...(s.values as SQLInputValue[])) as Record<string, unknown>[];
+  }
+
+  #run(s: Statement): number {
+    return Number(this.#prepare(s.sql).run(...(s.values as SQLInputValue[])).changes);
+  }
+
+  readonly ops: { [K in keyof ThreadOps]: (...args: ThreadOps[K]['args']) => ThreadOps[K]['result'] } = {
+    insert: (records) =>
+      this.#write(() => {
+        let added = 0;
+        for (let i = 0; i < records.length; i += INSERT_CHUNK) added += this.#run(insertStatement(records.slice(i, i + INSERT_CHUNK), 'sqlite'));
+        return added;
+      }),
+    usage: (q) => usageRows(q, this.#all(usageStatement(q, 'sqlite'))),
+    requests: (q) => requestsPage(q, this.#all(requestsStatement(q, 'sqlite'))),
+    request: (id) => {
+      const row = this.#all(requestStatement(id, 'sqlite'))[0];
+      return row ? rowRecord(row) : undefined;
+    },
+    prune: (beforeMs, limit) => this.#write(() => this.#run(pruneStatement(beforeMs, limit, 'sqlite'))),
+    claim: (id, claimedAt) => this.#run(claimStatement(id, claimedAt, 'sqlite')) === 1,
+    close: () => {
+      this.#statements.clear();
+      this.#db.close();
+    },
+  };
+}
+
+function failure(id: number, error: unknown): ThreadReply {
+  const e = error instanceof Error ? error : new Error(String(error));
+  return { id, ok: false, message: e.message, name: e.name };
+}
+
+function serve(): void {
+  const port = parentPort;
+  if (!port) throw new Error('sqlite-thread.ts runs in a worker thread (sqlite-store.ts starts it)');
+  let db: LedgerDatabase;
+  try {
+    db = new LedgerDatabase((workerData as ThreadData).path);
+  } catch (error) {
+    port.postMessage(failure(0, error));
+    port.close();
+    return;
+  }
+  port.postMessage({ id: 0, ok: true, value: undefined } satisfies ThreadReply);
+  port.on('message', (request: ThreadRequest) => {
+    let reply: ThreadReply;
+    try {
+      const op = db.ops[request.op] as (...args: readonly unknown[]) => unknown;
+      reply = { id: request.id, ok: true, value: op(...request.args) };
+    } catch (error) {
+      reply = failure(request.id, error);
+    }
+    port.postMessage(reply);
+    if (request.op === 'close') port.close();
+  });
+}
+
+serve();
