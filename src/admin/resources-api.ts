@@ -1,12 +1,13 @@
-// The admin API's resource routes: providers, models and keys, read and written.
+// The admin API's resource routes: providers, models, teams and keys, read and written.
 //   GET    /config/{kind}                 every resource of a kind (secrets left out)
 //   GET    /config/{kind}/{name}          one, with its revision (also as ETag)
 //   PUT    /config/{kind}/{name}          create or replace (If-Match: revision; If-None-Match: *)
 //   DELETE /config/{kind}/{name}          (If-Match)
 //   POST   /config/keys                   a new client key: {"name"}; the key is in the answer, once
 //   POST   /config/keys/{name}/rotate     a new key for the name, in the answer, once
-// A write is validated first (the resource's schema, and the whole config with it), goes to etcd
-// as a compare-and-swap on the key's revision, and is answered once this gateway serves it.
+// A write is validated first (the resource's schema, and the whole config with it: a model's
+// provider and a key's team must exist, a provider or a team in use stays), goes to etcd as a
+// compare-and-swap on the key's revision, and is answered once this gateway serves it.
 // Client keys are stored as SHA-256 digests only. Every write is an audit event.
 import { randomBytes } from 'node:crypto';
 import type { RequestContext } from '../server/context.ts';
@@ -16,7 +17,7 @@ import { sendError, sendJson } from '../server/respond.ts';
 import { GatewayError, quoted } from '../api/errors.ts';
 import { modelTargets, type Config, type ModelConfig } from '../config/schema.ts';
 import { ConfigError, validateConfig } from '../config/load.ts';
-import { isResourceKind, jsonSyntaxProblem, missingProvider, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
+import { isResourceKind, jsonSyntaxProblem, missingProvider, missingTeam, REDACTED, RESOURCE_KINDS, SECRET_HEADER, VARIABLE_REFERENCE, type Resource, type ResourceKind } from '../config/resources.ts';
 import { ResourceStoreError, type ResourceStore, type WriteResult } from '../config/store.ts';
 import { sha256 } from '../auth/keys.ts';
 import { redactUrl } from '../config/redact-url.ts';
@@ -159,9 +160,9 @@ async function expectedRevision(env: ResourcesEnvironment, ctx: RequestContext, 
 }
 
 /**
- * Checks a resource alone, then the whole config with it in (a model's provider must exist). The
- * store checks it with the variables this gateway lets a resource read; its reason names fields,
- * never values.
+ * Checks a resource alone, then the whole config with it in (a model's provider, a key's team must
+ * exist). The store checks it with the variables this gateway lets a resource read; its reason
+ * names fields, never values (a key's unknown team is named: it is a name, which no `${VAR}` fills).
  */
 function validate(env: ResourcesEnvironment, kind: ResourceKind, name: string, body: object): Resource | GatewayError {
   const checked = env.store.check(kind, name, body);
@@ -176,7 +177,11 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
     const unknown = missingProvider(resource.value as ModelConfig, new Set(current.providers.map((p) => p.name)));
     if (unknown !== undefined) return invalid(`${kind}/${quoted(name)}: ${unknown}`);
   }
-  const lists: Record<ResourceKind, unknown[]> = { providers: [...current.providers], models: [...current.models], keys: [...current.keys] };
+  if (resource && kind === 'keys') {
+    const unknown = missingTeam(resource.value as { team?: string }, new Set(current.teams.map((t) => t.name)));
+    if (unknown !== undefined) return invalid(`${kind}/${quoted(name)}: ${unknown}`);
+  }
+  const lists: Record<ResourceKind, unknown[]> = { providers: [...current.providers], models: [...current.models], teams: [...current.teams], keys: [...current.keys] };
   const others = lists[kind].filter((item) => typeof item === 'string' || (item as { name: string }).name !== name);
   lists[kind] = resource ? [...others, resource.value] : others;
   try {
@@ -188,6 +193,10 @@ function fits(env: ResourcesEnvironment, kind: ResourceKind, name: string, resou
     if (!resource && kind === 'providers') {
       const users = current.models.filter((m) => modelTargets(m).some((t) => t.provider === name)).map((m) => m.name);
       if (users.length > 0) return new GatewayError(409, 'invalid_request_error', 'resource_in_use', `provider "${name}" is used by models ${users.map((u) => `"${u}"`).join(', ')}: change or delete them first`);
+    }
+    if (!resource && kind === 'teams') {
+      const members = current.keys.filter((k) => typeof k !== 'string' && k.team === name).map((k) => (k as { name: string }).name);
+      if (members.length > 0) return new GatewayError(409, 'invalid_request_error', 'resource_in_use', `team "${name}" is used by keys ${members.map((k) => `"${k}"`).join(', ')}: move them to another team or delete them first`);
     }
     return invalid(`${kind}/${quoted(name)} does not fit the configuration: ${problems}`);
   }
@@ -238,7 +247,7 @@ async function remove(env: ResourcesEnvironment, ctx: RequestContext, kind: Reso
 
 async function createKey(env: ResourcesEnvironment, body: unknown, who: string): Promise<Answer> {
   const name = (body as { name?: unknown } | null)?.name;
-  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key (and optionally models, expires_at, enabled, metadata, limits, budget)') };
+  if (typeof name !== 'string') return { error: invalid('expected {"name": "..."}: the name of the new key (and optionally models, expires_at, enabled, metadata, limits, budget, team, user_budget)') };
   const key = newKey();
   // Anything else in the body (models, expires_at, …; or a field that does not exist) is the schema's to judge.
   const checked = validate(env, 'keys', name, { ...(body as object), name, key_sha256: sha256(key) });
@@ -262,7 +271,7 @@ async function rotateKey(env: ResourcesEnvironment, ctx: RequestContext, name: s
   if (expected instanceof GatewayError) return { error: expected };
   if (expected === 0) return { error: notFound('keys', name) };
   const key = newKey();
-  // The key changes; what it may do (models, expiry, enabled, metadata, limits, budget) stays.
+  // The key changes; what it may do (models, expiry, enabled, metadata, limits, budget, team) stays.
   const { key: _key, key_sha256: _digest, ...policy } = parseStored((await env.store.current('keys', name)).value);
   const checked = validate(env, 'keys', name, { ...policy, name, key_sha256: sha256(key) });
   if (checked instanceof GatewayError) return { error: checked };

@@ -105,14 +105,16 @@ export const errors = {
    * may cost (`why`, with what the requests in progress hold); no SDK retry (x-should-retry: false)
    * before the period ends unless the headers say otherwise.
    */
-  budgetExceeded: (key: string, usd: number, period: string, headers: Record<string, string>, left?: { amount: string; why: string }) =>
+  /** `whose`: `API key "k"`, `team "t"`, `user "u" of API key "k"`. */
+  budgetExceeded: (whose: string, usd: number, period: string, headers: Record<string, string>, left?: { amount: string; why: string }) =>
     new GatewayError(
       429,
       'insufficient_quota',
       'budget_exceeded',
-      left === undefined ? `API key "${key}" has spent its budget of $${usd} for this ${period}` : `API key "${key}" has ${left.amount} left of its budget of $${usd} for this ${period}, ${left.why}`,
+      left === undefined ? `${whose} has spent its budget of $${usd} for this ${period}` : `${whose} has ${left.amount} left of its budget of $${usd} for this ${period}, ${left.why}`,
       headers,
     ),
+  ledgerFull: () => new GatewayError(503, 'server_error', 'ledger_full', 'the usage ledger cannot record more requests now (its store is away and its spool is full; ledger.on_full is "refuse")', { 'retry-after': '5' }),
   limitStoreUnavailable: () => new GatewayError(503, 'server_error', 'limit_store_unavailable', 'the rate limit store cannot be reached and limits.on_store_error is "closed"', { 'retry-after': '1' }),
   bodyTooLarge: (limit: number) => new GatewayError(413, 'request_too_large', 'body_too_large', `request body exceeds the limit of ${limit} bytes`),
   notFound: (path: string) => new GatewayError(404, 'not_found_error', 'unknown_path', `no route for ${quoted(path)}`),

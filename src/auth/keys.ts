@@ -2,7 +2,15 @@
 // match is confirmed with a constant-time comparison of the digests.
 import { hash, timingSafeEqual } from 'node:crypto';
 import type { IncomingHttpHeaders } from 'node:http';
-import type { BudgetConfig, Config, RateLimits } from '../config/schema.ts';
+import type { BudgetConfig, Config, RateLimits, TeamConfig } from '../config/schema.ts';
+
+/** A key's team, as the limiter and the ledger see it. */
+export interface KeyTeam {
+  readonly name: string;
+  readonly limits?: RateLimits | undefined;
+  readonly budget?: BudgetConfig | undefined;
+  readonly user_budget?: BudgetConfig | undefined;
+}
 
 /** A key that was presented and found, with what it may do. */
 export class ClientKey {
@@ -13,6 +21,12 @@ export class ClientKey {
   /** Its rate limits (its own, and per model): the limiter reads them. */
   readonly limits: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
   readonly budget: BudgetConfig | undefined;
+  /** Each user's budget (the `user` a client names). */
+  readonly userBudget: BudgetConfig | undefined;
+  /** The team it belongs to; undefined: none. */
+  readonly team: KeyTeam | undefined;
+  /** Its free labels (the ledger records them). */
+  readonly metadata: Readonly<Record<string, string>> | undefined;
   readonly #exact: ReadonlySet<string> | undefined;
   readonly #prefixes: readonly string[];
 
@@ -24,11 +38,17 @@ export class ClientKey {
       enabled?: boolean | undefined;
       limits?: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
       budget?: BudgetConfig | undefined;
+      user_budget?: BudgetConfig | undefined;
+      metadata?: Record<string, string> | undefined;
     } = {},
+    team?: KeyTeam,
   ) {
     this.name = name;
     this.limits = policy.limits;
     this.budget = policy.budget;
+    this.userBudget = policy.user_budget;
+    this.team = team;
+    this.metadata = policy.metadata;
     this.enabled = policy.enabled !== false;
     this.expiresAt = policy.expires_at === undefined ? undefined : Date.parse(policy.expires_at);
     const models = policy.models;
@@ -65,13 +85,14 @@ export class ClientKeys {
   /** With no key at all, every request is refused rather than let in (`auth.require_key`). */
   readonly required: boolean;
 
-  constructor(keys: Config['keys'], options: { required?: boolean } = {}) {
+  constructor(keys: Config['keys'], options: { required?: boolean; teams?: readonly TeamConfig[] } = {}) {
     this.required = options.required === true;
+    const teams = new Map((options.teams ?? []).map((team) => [team.name, team]));
     keys.forEach((entry, index) => {
       const name = typeof entry === 'string' ? `key-${index}` : entry.name;
       // A key given only as its digest (as the admin API stores them) is looked up the same way.
       const digest = typeof entry === 'string' ? sha256(entry) : 'key_sha256' in entry ? entry.key_sha256 : sha256(entry.key);
-      this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), key: new ClientKey(name, typeof entry === 'string' ? {} : entry) });
+      this.#digests.set(digest, { digest: Buffer.from(digest, 'base64'), key: new ClientKey(name, typeof entry === 'string' ? {} : entry, typeof entry === 'string' || entry.team === undefined ? undefined : teams.get(entry.team)) });
     });
   }
 

@@ -1,14 +1,15 @@
 // `sluice apply -f FILE` and `sluice get KIND [NAME]`: the admin API's resource routes
 // (admin/resources-api.ts) for people who prefer a command to curl.
 //
-// apply: makes the providers, models and keys a YAML file lists be what the gateway stores, one at
-// a time (providers first: a model needs its provider), each a compare-and-swap on the revision it
-// was read at. It never deletes what the file does not list. `${VAR}`s are resolved from apply's
-// own environment, as the config loader resolves them, except in the fields that carry a
-// credential (a provider's api_key and header values, a target's header values): those are sent as
-// written, for each gateway to resolve from its own environment (the variables its
-// `etcd.allowed_env` lists), so that the secret stays out of etcd. A client key is resolved here:
-// the gateway keeps only its digest. A variable apply does not have stops it before any write.
+// apply: makes the providers, models, teams and keys a YAML file lists be what the gateway stores,
+// one at a time (providers first: a model needs its provider; teams before keys: a key needs its
+// team), each a compare-and-swap on the revision it was read at. It never deletes what the file
+// does not list. `${VAR}`s are resolved from apply's own environment, as the config loader
+// resolves them, except in the fields that carry a credential (a provider's api_key and header
+// values, a target's header values): those are sent as written, for each gateway to resolve from
+// its own environment (the variables its `etcd.allowed_env` lists), so that the secret stays out
+// of etcd. A client key is resolved here: the gateway keeps only its digest. A variable apply does
+// not have stops it before any write.
 // get: lists a kind (or shows one resource) as a table, as JSON, or as YAML that `apply -f` takes.
 // What either prints of the gateway's answers is escaped (terminal-text.ts): a resource's name can
 // hold control characters.
@@ -190,7 +191,7 @@ export async function applyResources(config: Config, options: ApplyOptions, io: 
     io.err(printable(`sluice apply: ${line}`));
     return code;
   };
-  if (!options.file) return fail('name the file to apply with -f FILE (a YAML file with providers:, models: and keys: lists)', USAGE);
+  if (!options.file) return fail(`name the file to apply with -f FILE (a YAML file with ${RESOURCE_KINDS.map((k) => `${k}:`).join(', ')} lists)`, USAGE);
   const base = adminUrl(config, options.admin);
   if (!base) return fail('no admin listener in the config: name one with --admin URL');
   if (!URL_SCHEME.test(base)) return fail(`--admin takes a URL such as http://127.0.0.1:9901 (got ${redactUrl(base)})`, USAGE);
@@ -302,8 +303,15 @@ const COLUMNS: Record<ResourceKind, { title: string; value: (item: Record<string
     { title: 'PROVIDER', value: (i) => i.provider },
     { title: 'UPSTREAM_MODEL', value: (i) => i.upstream_model },
   ],
+  teams: [
+    { title: 'NAME', value: (i) => i.name },
+    { title: 'LIMITS', value: (i) => limitsText(i.limits) },
+    { title: 'BUDGET', value: (i) => budgetText(i.budget) },
+    { title: 'USER_BUDGET', value: (i) => budgetText(i.user_budget) },
+  ],
   keys: [
     { title: 'NAME', value: (i) => i.name },
+    { title: 'TEAM', value: (i) => i.team },
     { title: 'MODELS', value: (i) => (Array.isArray(i.models) ? (i.models.length === 0 ? 'none' : i.models.join(',')) : 'all') },
     { title: 'LIMITS', value: (i) => limitsText(i.limits) },
     { title: 'BUDGET', value: (i) => budgetText(i.budget) },
@@ -314,7 +322,7 @@ const COLUMNS: Record<ResourceKind, { title: string; value: (item: Record<string
 
 const RATE_NAMES = ['rpm', 'tpm', 'concurrent'] as const;
 
-/** A key's limits in a cell: `rpm=600 tpm=200000 concurrent=20; gpt-4o: tpm=50000`. */
+/** A key's or a team's limits in a cell: `rpm=600 tpm=200000 concurrent=20; gpt-4o: tpm=50000`. */
 function limitsText(limits: unknown): string | undefined {
   if (!limits || typeof limits !== 'object') return undefined;
   const rates = (scope: Record<string, unknown>) => RATE_NAMES.filter((r) => scope[r] !== undefined).map((r) => `${r}=${String(scope[r])}`).join(' ');

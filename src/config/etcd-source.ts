@@ -1,6 +1,6 @@
 // The etcd source: the bootstrap file keeps what belongs to the host (listeners, admin, TLS,
-// workers, `etcd`), and the resources (providers, models, keys) live in etcd, one key each under
-// the prefix. They are read once, then watched from the revision last applied, so that a
+// workers, `etcd`), and the resources (providers, models, teams, keys) live in etcd, one key each
+// under the prefix. They are read once, then watched from the revision last applied, so that a
 // reconnect misses nothing; a watch that etcd cancels (its history compacted) is followed by a
 // full read again. What is applied is kept in the snapshot cache (L9), which a start reads before
 // etcd answers. It is also the admin API's store: writes go to etcd as compare-and-swap

@@ -1,15 +1,19 @@
-// Providers, models and keys as resources: one per key, `<kind>/<name>`, each a JSON document that
-// the schema's item type validates. What the etcd source, the snapshot cache and the admin API
-// share. A resource that is not valid is rejected alone: the others apply, and the key keeps the
-// last value of it that was valid (or stays absent).
+// Providers, models, teams and keys as resources: one per key, `<kind>/<name>`, each a JSON
+// document that the schema's item type validates. What the etcd source, the snapshot cache and the
+// admin API share. A resource that is not valid is rejected alone: the others apply, and the key
+// keeps the last value of it that was valid (or stays absent).
 import { ConfigError, issueProblems, validateConfig } from './load.ts';
 import { NO_VARIABLES, resolveVariables, type ResourceVariables } from './resource-variables.ts';
-import { modelSchema, modelTargets, namedKeySchema, providerSchema, type Config, type ModelConfig, type ProviderConfig } from './schema.ts';
+import { modelSchema, modelTargets, namedKeySchema, providerSchema, teamSchema, type Config, type ModelConfig, type ProviderConfig } from './schema.ts';
 
-export const RESOURCE_KINDS = ['providers', 'models', 'keys'] as const;
+/** The kinds, in the order a set of them is written (`sluice apply`): a model needs its provider, a key its team. */
+export const RESOURCE_KINDS = ['providers', 'models', 'teams', 'keys'] as const;
 export type ResourceKind = (typeof RESOURCE_KINDS)[number];
 
-const SCHEMAS = { providers: providerSchema, models: modelSchema, keys: namedKeySchema } as const;
+const SCHEMAS = { providers: providerSchema, models: modelSchema, teams: teamSchema, keys: namedKeySchema } as const;
+
+/** A whole-config problem's path that starts in a resource's list: `keys[2].team`. */
+const RESOURCE_PATH = new RegExp(`^(${RESOURCE_KINDS.join('|')})\\[(\\d+)\\]`);
 
 /** What the admin API shows of a provider's secrets: an `api_key` only when it is a `${VAR}` reference... */
 export const VARIABLE_REFERENCE = /^\$\{[A-Za-z_][A-Za-z0-9_]*(:-[^}]*)?\}$/;
@@ -137,6 +141,16 @@ export function missingProvider(model: ModelConfig, providers: ReadonlySet<strin
   return `${model.targets ? `targets[${missing}].provider` : 'provider'}: no provider of that name (known: ${known})`;
 }
 
+/**
+ * Why a key cannot serve (its `team` is not among `teams`), or undefined. Its team is named: past
+ * the schema it is a name of letters, digits, "_", "." and "-", which no `${VAR}` can fill.
+ */
+export function missingTeam(key: { readonly team?: string | undefined }, teams: ReadonlySet<string>): string | undefined {
+  if (key.team === undefined || teams.has(key.team)) return undefined;
+  const known = [...teams].map((t) => `"${t}"`).join(', ') || 'none';
+  return `team: no team "${key.team}" (known: ${known})`;
+}
+
 export interface Rejection {
   /** The resource's key (`models/gpt-4o`). */
   readonly key: string;
@@ -212,17 +226,18 @@ export class ResourceSet {
 
   /**
    * The config `bootstrap` (the host's part, from the file) completed with these resources. A
-   * resource that does not fit with the others (a model of a provider that is not there) is left
-   * out and returned as rejected; the rest is validated as one config (a failure there throws a
-   * ConfigError: nothing applies).
+   * resource that does not fit with the others (a model of a provider that is not there, a key of a
+   * team that is not there) is left out and returned as rejected; the rest is validated as one
+   * config (a failure there throws a ConfigError: nothing applies).
    */
   compose(bootstrap: Config, source: string): { config: Config; rejected: Rejection[] } {
     const rejected: Rejection[] = [];
     let included = RESOURCE_KINDS.flatMap((kind) => this.list(kind));
     const providers = new Set(included.filter((r) => r.kind === 'providers').map((r) => r.name));
+    const teams = new Set(included.filter((r) => r.kind === 'teams').map((r) => r.name));
     included = included.filter((r) => {
-      if (r.kind !== 'models') return true;
-      const reason = missingProvider(r.value as ModelConfig, providers);
+      // A key left out rather than served without its team: the team's limits and budget would not count it.
+      const reason = r.kind === 'models' ? missingProvider(r.value as ModelConfig, providers) : r.kind === 'keys' ? missingTeam(r.value as { team?: string }, teams) : undefined;
       if (reason === undefined) return true;
       rejected.push({ key: resourceKey(r.kind, r.name), reason });
       return false;
@@ -237,7 +252,7 @@ export class ResourceSet {
         if (!(error instanceof ConfigError) || attempt > included.length) throw error;
         const culprits = new Set<Resource>();
         for (const problem of error.problems) {
-          const match = /^(providers|models|keys)\[(\d+)\]/.exec(problem.path);
+          const match = RESOURCE_PATH.exec(problem.path);
           const kind = match?.[1] as ResourceKind | undefined;
           const resource = kind ? included.filter((r) => r.kind === kind)[Number(match![2])] : undefined;
           if (!resource) throw error;

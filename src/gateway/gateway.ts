@@ -53,7 +53,7 @@ export function createRouting(config: Config, events: RoutingEvents, previous?: 
   const router = new ModelRouter(config.models, targets);
   targets.settle();
   const r = config.routing;
-  const keys = new ClientKeys(config.keys, { required: requiresClientKey(config) });
+  const keys = new ClientKeys(config.keys, { required: requiresClientKey(config), teams: config.teams });
   return {
     router,
     providers,
@@ -99,6 +99,8 @@ export type GatewayEnvironment = RelayEnvironment &
     readonly limiter: Limiter;
     /** Traces (`tracing.enabled`); undefined when off: then a request costs this one check. */
     readonly tracing?: Tracing | undefined;
+    /** The usage ledger's spool is full and `ledger.on_full` is `refuse`; absent without a ledger. */
+    readonly ledgerRefuses?: (() => boolean) | undefined;
   };
 
 export class Gateway {
@@ -252,11 +254,17 @@ export class Gateway {
     if (!route) return sendError(ctx, decision, errors.unknownModel(model));
     ctx.modelEntry = route.entry;
     ctx.provider = route.provider;
+    if (this.#env.ledgerRefuses?.()) return sendError(ctx, decision, errors.ledgerFull());
+    ctx.ledgered = true;
+    ctx.bytesIn = read.body.length;
+    const user = userOf(body);
+    ctx.user = user;
     const admitting = this.#env.limiter.admit({
       policy,
       key,
       model: route.entry,
       requested: model,
+      user,
       targets: route.targets,
       generates: spec.endpoint !== 'embeddings' && spec.endpoint !== 'count_tokens',
       billed: spec.endpoint !== 'count_tokens',
@@ -299,6 +307,19 @@ export class Gateway {
     );
     exchange.start();
   }
+}
+
+/** The most of a client's `user` kept (in its budget's id and the ledger). */
+const USER_MAX = 256;
+
+/** The `user` a request names: OpenAI's `user`, or Anthropic's `metadata.user_id`; '' when none. */
+function userOf(body: Record<string, unknown>): string {
+  let user = body.user;
+  if (user === undefined) {
+    const metadata = body.metadata;
+    if (metadata !== null && typeof metadata === 'object') user = (metadata as Record<string, unknown>).user_id;
+  }
+  return typeof user === 'string' ? (user.length > USER_MAX ? user.slice(0, USER_MAX) : user) : '';
 }
 
 /** A refusal before the body was read (the key's place in its `concurrent` limit): the rest of the body is read and dropped. */

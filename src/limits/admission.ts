@@ -39,6 +39,8 @@ export function holdingAdmission(
   entered: readonly string[],
   leases: LeaseRenewal,
   settlements: Settlements,
+  /** Told once the spend of a request with a cost was handed to the store (the budget alerts). */
+  spent?: () => void,
 ): Admission {
   const acquired = taken ? ask.concurrency.map((c) => c.id) : [];
   const concurrency = entered.length === 0 ? acquired : [...entered, ...acquired];
@@ -60,7 +62,7 @@ export function holdingAdmission(
       const refund = tokens.length > 0 ? ask.cost - used : 0;
       const places = released ? NOTHING : concurrency;
       if (refund === 0 && places.length === 0 && holds.length === 0 && spend.length === 0) return;
-      settlements.settle({ key, used, tokens, refund, concurrency: places, lease: ask.lease, spend, holds, hold: ask.hold });
+      settlements.settle({ key, used, tokens, refund, concurrency: places, lease: ask.lease, spend, holds, hold: ask.hold }, spend.length > 0 ? spent : undefined);
     },
     release:
       concurrency.length === 0

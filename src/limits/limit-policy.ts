@@ -5,7 +5,7 @@ import type { LimitKind } from './store.ts';
 import type { Entry } from './key-entry.ts';
 import { Prices } from './prices.ts';
 
-export type Scope = 'global' | 'model' | 'key' | 'key_model';
+export type Scope = 'global' | 'model' | 'team' | 'key' | 'key_model';
 
 /** The limits of one reload: what `limits`, `prices` and each key's `limits`/`budget` say. */
 export class LimitPolicy {
@@ -23,6 +23,10 @@ export interface LimitedKey {
   readonly name: string;
   readonly limits?: (RateLimits & { models?: Record<string, RateLimits> | undefined }) | undefined;
   readonly budget?: BudgetConfig | undefined;
+  /** Each user's budget, for the `user` a request names. */
+  readonly userBudget?: BudgetConfig | undefined;
+  /** The key's team: its limits and budgets count every key of the team. */
+  readonly team?: { readonly name: string; readonly limits?: RateLimits | undefined; readonly budget?: BudgetConfig | undefined; readonly user_budget?: BudgetConfig | undefined } | undefined;
 }
 
 export interface AdmitRequest {
@@ -32,6 +36,8 @@ export interface AdmitRequest {
   readonly model: string;
   /** The model name the client asked for. */
   readonly requested: string;
+  /** The `user` the client named ('' none): per-user budgets. */
+  readonly user?: string;
   /** The route's targets: the model each would be asked for (undefined: the client's name), priced for a budget's hold. */
   readonly targets: readonly { readonly model: string | undefined }[];
   /** Embeddings and token counts produce no completion tokens. */

@@ -4,9 +4,12 @@
 import type { RateLimits } from '../config/schema.ts';
 import { errors, type GatewayError } from '../api/errors.ts';
 import { systemClock, type Clock } from '../lifecycle/clock.ts';
-import { budgetPeriod, budgetRefusal, holdMicros } from './budgets.ts';
+import { budgetOwners, budgetPeriod, budgetRefusal, holdMicros, type BudgetOwner } from './budgets.ts';
 import { estimateTokens } from './estimates.ts';
-import { StoreUnavailable, type Ask, type LimitStore, type Verdict } from './store.ts';
+import { StoreUnavailable, type Ask, type BudgetLimit, type LimitStore, type Verdict } from './store.ts';
+
+/** Told after a request's spend was settled on budgets (the budget alerts read the totals then). */
+export type SpendWatch = (owners: readonly BudgetOwner[], periods: readonly BudgetLimit[]) => void;
 import type { AdmitRequest, LimitEvents, LimitedKey, LimitPolicy, Scope } from './limit-policy.ts';
 import { KeyEntry, NOTHING, type Entry } from './key-entry.ts';
 import { holdingAdmission, NO_HEADERS, UNLIMITED, type Admission } from './admission.ts';
@@ -21,6 +24,8 @@ export class Limiter {
   readonly #now: () => number;
   readonly #leases: LeaseRenewal;
   readonly #settlements: Settlements;
+  /** The budget alerts, when configured. */
+  spendWatch: SpendWatch | undefined = undefined;
 
   /**
    * `now`: the wall clock the budgets' periods are read on; `clock`: the timers of the renewals and
@@ -52,12 +57,13 @@ export class Limiter {
     const s = policy.settings;
     const modelLimits = own(s.models, model);
     // The common case, nothing to count: no string built, nothing asked of the store.
-    if (s.global === undefined && modelLimits === undefined && key.limits === undefined && key.budget === undefined) return UNLIMITED;
+    if (s.global === undefined && modelLimits === undefined && key.limits === undefined && key.budget === undefined && key.team === undefined && key.userBudget === undefined) return UNLIMITED;
     // The key's place, when its entry holds it: counted already, and the admission's to give back.
     const entered = request.entry instanceof KeyEntry ? request.entry.take() : NOTHING;
     const scopes: [Scope, string, RateLimits | undefined][] = [
       ['global', 'g', s.global],
       ['model', `m:${model}`, modelLimits],
+      ['team', `t:${key.team?.name}`, key.team?.limits],
       ['key', `k:${key.name}`, key.limits],
       ['key_model', `km:${key.name}:${model}`, own(key.limits?.models, model)],
     ];
@@ -70,10 +76,12 @@ export class Limiter {
       if (limits.tpm !== undefined) tokens.push({ scope, label: id, bucket: { id: `${id}:tpm`, capacity: limits.tpm } });
       if (limits.concurrent !== undefined && !(scope === 'key' && entered.length > 0)) concurrency.push({ scope, id: `${id}:cc`, max: limits.concurrent });
     }
-    const budget = key.budget === undefined ? undefined : budgetPeriod(key.name, key.budget, this.#now());
-    // What the request may cost, held against the budget while it runs: only a key with a budget pays for pricing it.
-    const hold = budget === undefined ? 0 : holdMicros(request, s.budget_hold_output_tokens);
-    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined && entered.length === 0) return UNLIMITED;
+    const owners = key.budget === undefined && key.team === undefined && key.userBudget === undefined ? NO_OWNERS : budgetOwners(key, request.user ?? '');
+    const now = owners.length === 0 ? 0 : this.#now();
+    const budgets = owners.map((owner) => budgetPeriod(owner.id, owner.budget, now));
+    // What the request may cost, held against the budgets while it runs: only a request under a budget pays for pricing it.
+    const hold = budgets.length === 0 ? 0 : holdMicros(request, s.budget_hold_output_tokens);
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budgets.length === 0 && entered.length === 0) return UNLIMITED;
     // Never more than the smallest bucket it is counted in: a larger reservation passes only when
     // that bucket is full anyway (bucket.ts), and the rest would empty the other, shared buckets
     // (the gateway's, the model's) for as long as the request runs, and tell every other key to wait
@@ -84,23 +92,23 @@ export class Limiter {
       tokens: tokens.map((a) => a.bucket),
       cost,
       concurrency: concurrency.map(({ id, max }) => ({ id, max })),
-      budgets: budget ? [budget] : [],
+      budgets,
       hold,
       lease: request.id,
       leaseMs: s.lease_secs * 1000,
     };
     this.#leases.leaseMs = ask.leaseMs;
     // Only the key's place, held already: nothing to ask of the store.
-    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budget === undefined) return this.#admission(request, ask, NO_HEADERS, true, entered);
-    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency, entered);
+    if (requests.length === 0 && tokens.length === 0 && concurrency.length === 0 && budgets.length === 0) return this.#admission(request, ask, NO_HEADERS, true, entered, owners);
+    const decide = (verdict: Verdict): Admission | GatewayError => this.#decide(request, ask, verdict, requests, tokens, concurrency, entered, owners);
     let answer: Verdict | Promise<Verdict>;
     try {
       answer = this.#store.acquire(ask);
     } catch (error) {
-      return this.#unavailable(request, ask, error, entered);
+      return this.#unavailable(request, ask, error, entered, owners);
     }
     if (!(answer instanceof Promise)) return decide(answer);
-    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error, entered));
+    return answer.then(decide, (error: unknown) => this.#unavailable(request, ask, error, entered, owners));
   }
 
   /**
@@ -116,7 +124,7 @@ export class Limiter {
     const limit = { scope: 'key' as const, id: `k:${key.name}:cc`, max };
     const ask: Ask = { requests: [], tokens: [], cost: 0, concurrency: [{ id: limit.id, max }], budgets: [], hold: 0, lease: id, leaseMs: s.lease_secs * 1000 };
     this.#leases.leaseMs = ask.leaseMs;
-    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(key.name, id, [limit.id]) : this.#refused(key, '', ask, verdict, NO_HEADERS, [], [], [limit]));
+    const decide = (verdict: Verdict): Entry | GatewayError => (verdict.ok ? this.#entry(key.name, id, [limit.id]) : this.#refused(key, '', ask, verdict, NO_HEADERS, [], [], [limit], NO_OWNERS));
     const unavailable = (error: unknown): Entry | GatewayError => {
       if (!(error instanceof StoreUnavailable)) throw error;
       const open = s.on_store_error === 'open';
@@ -147,11 +155,11 @@ export class Limiter {
     this.#settlements.settle({ key, used: 0, tokens: [], refund: 0, concurrency, lease, spend: [], holds: [], hold: 0 });
   }
 
-  #decide(request: AdmitRequest, ask: Ask, verdict: Verdict, requests: Applied[], tokens: Applied[], concurrency: AppliedConcurrency[], entered: readonly string[]): Admission | GatewayError {
+  #decide(request: AdmitRequest, ask: Ask, verdict: Verdict, requests: Applied[], tokens: Applied[], concurrency: AppliedConcurrency[], entered: readonly string[], owners: readonly BudgetOwner[]): Admission | GatewayError {
     const headers = rateHeaders(requests, tokens, verdict.requests, verdict.tokens);
-    if (verdict.ok) return this.#admission(request, ask, headers, true, entered);
+    if (verdict.ok) return this.#admission(request, ask, headers, true, entered, owners);
     this.#leave(request.key.name, ask.lease, entered);
-    return this.#refused(request.key, request.model, ask, verdict, headers, requests, tokens, concurrency);
+    return this.#refused(request.key, request.model, ask, verdict, headers, requests, tokens, concurrency, owners);
   }
 
   #refused(
@@ -163,18 +171,20 @@ export class Limiter {
     requests: Applied[],
     tokens: Applied[],
     concurrency: readonly AppliedConcurrency[],
+    owners: readonly BudgetOwner[],
   ): GatewayError {
     if (verdict.limit === 'budget') {
-      this.#events.refused(key.name, 'key', 'budget');
-      return budgetRefusal(key.name, key.budget!, ask, verdict, headers);
+      const owner = owners[verdict.index] ?? owners[0]!;
+      this.#events.refused(key.name, owner.scope === 'team' ? 'team' : 'key', 'budget');
+      return budgetRefusal(owner.whose, owner.budget, ask, verdict, headers);
     }
     const scope = refusedScope(verdict, requests, tokens, concurrency);
     this.#events.refused(key.name, scope, verdict.limit);
-    return rateLimitRefusal(key.name, model, ask.cost, verdict, scope, headers, requests, tokens, concurrency);
+    return rateLimitRefusal(key.name, model, ask.cost, verdict, scope, headers, requests, tokens, concurrency, key.team?.name);
   }
 
   /** The store did not answer: on_store_error says whether the request goes on (uncounted, its spend still recorded) or is refused. */
-  #unavailable(request: AdmitRequest, ask: Ask, error: unknown, entered: readonly string[]): Admission | GatewayError {
+  #unavailable(request: AdmitRequest, ask: Ask, error: unknown, entered: readonly string[], owners: readonly BudgetOwner[]): Admission | GatewayError {
     if (!(error instanceof StoreUnavailable)) throw error;
     const open = request.policy.settings.on_store_error === 'open';
     this.#events.storeError('acquire', open ? 'allowed' : 'refused', error);
@@ -182,12 +192,14 @@ export class Limiter {
       this.#leave(request.key.name, ask.lease, entered);
       return errors.limitStoreUnavailable();
     }
-    return this.#admission(request, ask, NO_HEADERS, false, entered);
+    return this.#admission(request, ask, NO_HEADERS, false, entered, owners);
   }
 
   /** `entered`: the key's place its entry held, given back with the rest. */
-  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean, entered: readonly string[]): Admission {
-    return holdingAdmission(request.key.name, ask, headers, taken, entered, this.#leases, this.#settlements);
+  #admission(request: AdmitRequest, ask: Ask, headers: Readonly<Record<string, string>>, taken: boolean, entered: readonly string[], owners: readonly BudgetOwner[]): Admission {
+    const watch = this.spendWatch;
+    const spent = watch === undefined || owners.length === 0 ? undefined : () => watch(owners, ask.budgets);
+    return holdingAdmission(request.key.name, ask, headers, taken, entered, this.#leases, this.#settlements, spent);
   }
 
   /**
@@ -200,6 +212,8 @@ export class Limiter {
     await this.#store.close();
   }
 }
+
+const NO_OWNERS: readonly BudgetOwner[] = Object.freeze([]);
 
 /** A model's entry in a limits map: its own property only (a model named "constructor" is not Object's). */
 function own(map: Readonly<Record<string, RateLimits>> | undefined, model: string): RateLimits | undefined {

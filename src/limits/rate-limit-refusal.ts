@@ -38,6 +38,7 @@ export function rateLimitRefusal(
   requests: readonly Applied[],
   tokens: readonly Applied[],
   concurrency: readonly AppliedConcurrency[],
+  team = '',
 ): GatewayError {
   // A place in a concurrent limit is free as soon as one of the requests holding it ends, which no
   // store can foresee (the soonest lease expiry is ~lease_secs away, renewed while they run).
@@ -48,12 +49,14 @@ export function rateLimitRefusal(
       : verdict.limit === 'tokens'
         ? `${tokens[verdict.index]!.bucket.capacity} tokens per minute (this request reserves ${cost})`
         : `${concurrency[verdict.index]!.max} concurrent requests`;
-  const message = `Rate limit reached for ${scopeWords(scope, key, model)}: ${what}. Try again in ${formatDuration(ms)}.`;
+  const message = `Rate limit reached for ${scopeWords(scope, key, model, team)}: ${what}. Try again in ${formatDuration(ms)}.`;
   return errors.rateLimited(message, { ...headers, 'retry-after': String(Math.ceil(ms / 1000)), 'retry-after-ms': String(ms) });
 }
 
-function scopeWords(scope: Scope, key: string, model: string): string {
+function scopeWords(scope: Scope, key: string, model: string, team: string): string {
   switch (scope) {
+    case 'team':
+      return `team "${team}"`;
     case 'global':
       return 'this gateway';
     case 'model':

@@ -17,7 +17,7 @@ export class Settlements {
   readonly #events: LimitEvents;
   readonly #clock: Clock;
   readonly #pending = new Set<Promise<void>>();
-  #retry: Settlement[] = [];
+  #retry: { settlement: Settlement; done: (() => void) | undefined }[] = [];
   #retryTimer: TimerHandle | undefined;
   readonly #retryTick = (): void => {
     this.#retryTimer = undefined;
@@ -36,27 +36,29 @@ export class Settlements {
     return this.#pending.size + this.#retry.length;
   }
 
-  settle(settlement: Settlement): void {
+  /** `done`: told once the store has taken it (the budget alerts then read the totals). */
+  settle(settlement: Settlement, done?: () => void): void {
     let result: void | Promise<void>;
     try {
       result = this.#store.settle(settlement);
     } catch (error) {
-      return this.#failed(settlement, error);
+      return this.#failed(settlement, error, done);
     }
-    if (!(result instanceof Promise)) return;
+    if (!(result instanceof Promise)) return done?.();
     const pending: Promise<void> = result.then(
       () => {
         this.#pending.delete(pending);
+        done?.();
       },
       (error: unknown) => {
         this.#pending.delete(pending);
-        this.#failed(settlement, error);
+        this.#failed(settlement, error, done);
       },
     );
     this.#pending.add(pending);
   }
 
-  #failed(settlement: Settlement, error: unknown): void {
+  #failed(settlement: Settlement, error: unknown, done: (() => void) | undefined): void {
     const failure = error instanceof Error ? error : new Error(String(error));
     if (this.#closed || this.#retry.length >= MAX_RETRY_QUEUE) {
       this.#events.storeError('settle', 'lost', failure);
@@ -64,14 +66,14 @@ export class Settlements {
       return;
     }
     this.#events.storeError('settle', 'retried', failure);
-    this.#retry.push(settlement);
+    this.#retry.push({ settlement, done });
     this.#retryTimer ??= this.#clock.after(RETRY_AFTER_MS, this.#retryTick);
   }
 
   #retryAll(): void {
     const queued = this.#retry;
     this.#retry = [];
-    for (const settlement of queued) this.settle(settlement);
+    for (const { settlement, done } of queued) this.settle(settlement, done);
   }
 
   #lost(s: Settlement): void {
@@ -98,7 +100,7 @@ export class Settlements {
     this.#closed = true;
     this.#retryTimer?.cancel();
     this.#retryTimer = undefined;
-    for (const settlement of this.#retry) this.#lost(settlement);
+    for (const { settlement } of this.#retry) this.#lost(settlement);
     this.#retry = [];
   }
 }

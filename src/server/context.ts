@@ -15,6 +15,9 @@ export interface KeyGrant {
   /** '' for an open gateway (no keys configured). */
   readonly name: string;
   allows(model: string): boolean;
+  /** The key's team and free labels (the usage ledger records them). */
+  readonly team?: { readonly name: string } | undefined;
+  readonly metadata?: Readonly<Record<string, string>> | undefined;
 }
 
 const OPEN: KeyGrant = { name: '', allows: () => true };
@@ -69,6 +72,15 @@ export class ExchangeContext {
   servedModel = '';
   /** What the request cost, in micro-dollars, when its model has a price. */
   costMicros: number | undefined = undefined;
+  /** It reached its admission (its key, body and model were good): the usage ledger records it. */
+  ledgered = false;
+  /** The `user` the client named (OpenAI's `user`, Anthropic's `metadata.user_id`), cut to 256 characters; '' none. */
+  user = '';
+  /** When the answer's head went out (hrtime ns); 0n: not yet. */
+  headAt = 0n;
+  /** The request body's bytes, as read; the answer's, as written. */
+  bytesIn = 0;
+  bytesOut = 0;
   /** Its span, when tracing is on (ended with the access line). */
   trace: RequestTrace | undefined = undefined;
   #onFinish: ((status: number) => void) | undefined = undefined;

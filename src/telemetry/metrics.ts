@@ -2,6 +2,19 @@
 // from their owners, so the hot path pays nothing for them.
 import { AggregatorRegistry, Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type MetricObjectWithValues, type MetricValue } from 'prom-client';
 
+/** What `observeLedger` reads at each scrape. */
+export interface LedgerReadings {
+  readonly spooled: number;
+  readonly dropped: number;
+  readonly refused: number;
+  readonly shipped: number;
+  readonly corrupt: number;
+  readonly storeErrors: number;
+  readonly lagRecords: number;
+  readonly lagSeconds: number;
+  readonly spoolBytes: number;
+}
+
 /** One process's metrics as JSON (what a worker sends its supervisor). */
 export type MetricsJson = MetricObjectWithValues<MetricValue<string>>[];
 
@@ -192,7 +205,7 @@ export class Metrics {
     });
     new Counter({
       name: 'sluice_rate_limited_total',
-      help: 'Requests refused by a limit, by client key name, scope (global, model, key, key_model) and limit (requests, tokens, concurrent, budget).',
+      help: 'Requests refused by a limit, by client key name, scope (global, model, team, key, key_model) and limit (requests, tokens, concurrent, budget).',
       labelNames: ['key', 'scope', 'limit'],
       registers,
       collect() {
@@ -367,6 +380,39 @@ export class Metrics {
         },
       });
     }
+  }
+
+  /** The usage ledger's readings, taken at each scrape (the request path pays nothing for them). */
+  observeLedger(read: () => LedgerReadings): void {
+    const registers = [this.registry];
+    const counter = (name: string, help: string, value: (r: LedgerReadings) => number) =>
+      new Counter({
+        name,
+        help,
+        registers,
+        collect() {
+          this.reset();
+          this.inc(value(read()));
+        },
+      });
+    const gauge = (name: string, help: string, value: (r: LedgerReadings) => number) =>
+      new Gauge({
+        name,
+        help,
+        registers,
+        collect() {
+          this.set(value(read()));
+        },
+      });
+    counter('sluice_ledger_records_total', 'Records written to the ledger\'s spool.', (r) => r.spooled);
+    counter('sluice_ledger_dropped_total', 'Records dropped because the spool was full (ledger.spool_max_mb, ledger.on_full: drop).', (r) => r.dropped);
+    counter('sluice_ledger_refused_total', 'Requests refused because the spool was full (ledger.on_full: refuse).', (r) => r.refused);
+    counter('sluice_ledger_shipped_total', 'Records the ledger\'s store took (a record shipped again after a crash counts once more; the store keeps it once).', (r) => r.shipped);
+    counter('sluice_ledger_corrupt_total', 'Spool lines skipped at a replay: a bad checksum or a torn last line.', (r) => r.corrupt);
+    counter('sluice_ledger_store_errors_total', 'Batches the ledger\'s store refused or did not answer (retried).', (r) => r.storeErrors);
+    gauge('sluice_ledger_lag_records', 'Records spooled and not yet in the store.', (r) => r.lagRecords);
+    gauge('sluice_ledger_lag_seconds', 'Age of the oldest record not yet in the store (0: none).', (r) => r.lagSeconds);
+    gauge('sluice_ledger_spool_bytes', 'Bytes of the spool\'s segments on disk.', (r) => r.spoolBytes);
   }
 
   /** The text exposition; with `others` (workers' metrics), counters and gauges are summed across the group. */

@@ -85,7 +85,7 @@ describe('sluice get', () => {
   test('SLUICE_ADMIN_TOKEN is the token when --token is not given; get keys shows what each key may do (models, limits, budget), never the key', async () => {
     const result = await run(['get', 'keys', '--admin', gw.adminUrl], { SLUICE_ADMIN_TOKEN: TOKEN });
     assert.equal(result.code, 0, result.stderr);
-    assert.match(result.stdout, /^NAME\s+MODELS\s+LIMITS\s+BUDGET\s+STATE\s+KEY_SHA256\s+REVISION\nci\s+echo,gpt-\*\s+rpm=60; echo: tpm=1000\s+\$10\/day\s+enabled\s+\S{12}…\s+0\n$/);
+    assert.match(result.stdout, /^NAME\s+TEAM\s+MODELS\s+LIMITS\s+BUDGET\s+STATE\s+KEY_SHA256\s+REVISION\nci\s+-\s+echo,gpt-\*\s+rpm=60; echo: tpm=1000\s+\$10\/day\s+enabled\s+\S{12}…\s+0\n$/);
     assert.doesNotMatch(result.stdout, /sk-client/);
   });
 
@@ -159,7 +159,7 @@ describe('sluice apply against a file-mode gateway', () => {
     const result = await run(['apply', '-f', path, ...remote()]);
     assert.equal(result.code, 1);
     assert.equal(result.stdout, '');
-    assert.match(result.stderr, /unknown top-level key "listeners": only providers, models, keys can be applied/);
+    assert.match(result.stderr, /unknown top-level key "listeners": only providers, models, teams, keys can be applied/);
   });
 
   test('a bare key string is refused: it has no name', async () => {
@@ -174,7 +174,7 @@ describe('usage, token and reachability', () => {
   test('usage errors exit 2', async () => {
     const unknownKind = await run(['get', 'widgets', ...remote()]);
     assert.equal(unknownKind.code, 2);
-    assert.match(unknownKind.stderr, /unknown kind "widgets": expected providers, models, keys/);
+    assert.match(unknownKind.stderr, /unknown kind "widgets": expected providers, models, teams, keys/);
     const noKind = await run(['get', ...remote()]);
     assert.equal(noKind.code, 2);
     const tooMany = await run(['get', 'models', 'a', 'b', ...remote()]);
@@ -228,7 +228,7 @@ describe('usage, token and reachability', () => {
     const help = await run(['--help']);
     assert.equal(help.code, 0);
     assert.match(help.stdout, /sluice apply -f FILE/);
-    assert.match(help.stdout, /sluice get providers\|models\|keys \[NAME\] \[-o json\|yaml\]/);
+    assert.match(help.stdout, /sluice get providers\|models\|teams\|keys \[NAME\] \[-o json\|yaml\]/);
     assert.match(help.stdout, /never deletes what the\s+file does not list/);
   });
 });

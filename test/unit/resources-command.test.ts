@@ -90,7 +90,7 @@ class FakeAdmin {
     const error = (status: number, code: string, message: string) => send(status, { error: { message, type: 'invalid_request_error', code } });
     if (req.headers.authorization !== `Bearer ${TOKEN}`) return error(401, 'invalid_admin_token', 'admin token missing or wrong');
     const [, config, kind, rawName, ...rest] = path.split('/');
-    if (config !== 'config' || !kind || !['providers', 'models', 'keys'].includes(kind) || rest.length > 0) return error(404, 'unknown_path', `no route for ${path}`);
+    if (config !== 'config' || !kind || !['providers', 'models', 'teams', 'keys'].includes(kind) || rest.length > 0) return error(404, 'unknown_path', `no route for ${path}`);
     if (rawName === undefined) {
       if (req.method !== 'GET') return error(405, 'method_not_allowed', 'GET only');
       const items = [...this.store].filter(([key]) => key.startsWith(`${kind}/`)).map(([, s]) => ({ ...present(kind, s.item), revision: s.revision }));
@@ -373,7 +373,7 @@ describe('the apply file', () => {
       assert.ok(!read.ok);
       return read.problems.join('\n');
     };
-    assert.match(problems(''), /is empty: expected a mapping with "providers:", "models:", "keys:" lists/);
+    assert.match(problems(''), /is empty: expected a mapping with "providers:", "models:", "teams:", "keys:" lists/);
     assert.match(problems('- a\n- b\n'), /expected a mapping/);
     assert.match(problems('models: [a\n'), /is not valid YAML/);
     assert.match(problems('models: { a: 1 }\n'), /models: expected a list/);
@@ -450,7 +450,7 @@ describe('sluice get against a fake admin API', () => {
       'e        echo     -                           102',
     ]);
     const keys = await get('key');
-    assert.deepEqual(keys.lines, ['NAME   MODELS   LIMITS   BUDGET   STATE     KEY_SHA256      REVISION', `ci     all      -        -        enabled   ${sha256('sk-ci-0123456789').slice(0, 12)}…   103`]);
+    assert.deepEqual(keys.lines, ['NAME   TEAM   MODELS   LIMITS   BUDGET   STATE     KEY_SHA256      REVISION', `ci     -      all      -        -        enabled   ${sha256('sk-ci-0123456789').slice(0, 12)}…   103`]);
     const one = await get('providers', 'e');
     assert.deepEqual(one.lines, ['NAME   TYPE   BASE_URL   REVISION', 'e      echo   -          102']);
   });
@@ -468,9 +468,9 @@ describe('sluice get against a fake admin API', () => {
     const keys = await get('keys');
     assert.equal(keys.code, 0, keys.errors.join('\n'));
     assert.deepEqual(keys.lines, [
-      'NAME     MODELS                    LIMITS                                                BUDGET       STATE                KEY_SHA256      REVISION',
-      `search   gpt-4o*,claude-sonnet-*   rpm=600 tpm=200000 concurrent=20; gpt-4o: tpm=50000   $250/month   expires 2027-06-30   ${sha256('sk-search-0123456789').slice(0, 12)}…   101`,
-      `off      none                      -                                                     $5/day       disabled             ${sha256('sk-off-0123456789').slice(0, 12)}…   102`,
+      'NAME     TEAM   MODELS                    LIMITS                                                BUDGET       STATE                KEY_SHA256      REVISION',
+      `search   -      gpt-4o*,claude-sonnet-*   rpm=600 tpm=200000 concurrent=20; gpt-4o: tpm=50000   $250/month   expires 2027-06-30   ${sha256('sk-search-0123456789').slice(0, 12)}…   101`,
+      `off      -      none                      -                                                     $5/day       disabled             ${sha256('sk-off-0123456789').slice(0, 12)}…   102`,
     ]);
   });
 
@@ -520,7 +520,7 @@ describe('sluice get against a fake admin API', () => {
     assert.equal((await get(undefined)).code, 2);
     const unknown = await get('widgets');
     assert.equal(unknown.code, 2);
-    assert.match(unknown.errors[0]!, /unknown kind "widgets": expected providers, models, keys/);
+    assert.match(unknown.errors[0]!, /unknown kind "widgets": expected providers, models, teams, keys/);
     assert.equal((await get('models', undefined, 'xml')).code, 2);
     const missing = await get('models', 'nope');
     assert.equal(missing.code, 1);
