@@ -29,6 +29,9 @@ import { drainSettings, ProcessSettings } from './wiring/process-settings.ts';
 import { ProcessView } from './wiring/process-view.ts';
 import { adminRoutes, createStatusFeed } from './wiring/admin-surface.ts';
 import { exitWork } from './wiring/exit-work.ts';
+import { processPlace, startLedger } from './wiring/ledger.ts';
+import { watchBudgets } from './wiring/budget-alerts.ts';
+import { budgetRows } from './wiring/budgets-view.ts';
 import type { GatewayOptions, PreparedGatewayReload, RunningGateway } from './running-gateway.ts';
 import { isDeepStrictEqual } from 'node:util';
 
@@ -80,6 +83,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     ...supervision.metricsSources(),
   });
   const limiter = await createLimiter(config, logger, metrics, options.limitStore, clock);
+  // The usage ledger (read at start); the retention is run by the process that holds the admin listeners.
+  const ledger = await startLedger({ config, logger, metrics, clock, place: processPlace(), prunes: options.announceReady !== false });
+  const budgetAlerts = watchBudgets(config, limiter, logger, ledger?.store);
   lifecycle.observeConnections(
     (connection) => metrics.connectionsAccepted.labels(connection.listener).inc(),
     (connection, reason) => metrics.connectionsClosed.labels(connection.listener, reason).inc(),
@@ -93,20 +99,32 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     limiter,
     tracing,
     clock,
+    ...(ledger ? { ledgerRefuses: () => ledger.refuses() } : {}),
     budget: new RetryBudget(config.routing.retry_budget_percent, config.routing.min_retry_concurrency),
   });
   gatewayRef = gateway;
   const reloadReport = new ReloadReport(metrics, logger);
   const view = new ProcessView({ version, startedAt, lifecycle, gateway, listeners, metrics, supervision, reloads: reloadReport, options, clock });
-  const adminParts = { version, startedAt, lifecycle, metrics, supervision, view, logger, options };
+  const adminParts = {
+    version,
+    startedAt,
+    lifecycle,
+    metrics,
+    supervision,
+    view,
+    logger,
+    options,
+    usage: { ledger: ledger?.store, budgets: () => budgetRows(serving, limiter.store) },
+  };
   const statusFeed = createStatusFeed(adminParts);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
   const settings = new ProcessSettings({ lifecycle, accessLog, loggers, createAdmin: adminRoutes(adminParts, statusFeed, () => serving) }, config);
-  exit = exitWork({ gateway, configSource: options.configSource, limiter, tracing, statusFeed, lifecycle, supervision, logger });
+  exit = exitWork({ gateway, configSource: options.configSource, limiter, budgetAlerts, ledger, tracing, statusFeed, lifecycle, supervision, logger });
   const services = {
     lifecycle,
     metrics,
     accessLog,
+    ledger,
     logger,
     healthChecks: () => view.healthChecks(),
     routesFor: (listener: Listener) => (listener.role === 'admin' ? settings.admin : gateway),

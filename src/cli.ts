@@ -20,6 +20,7 @@ import { GenerationLink, generationNumber } from './hot-restart/generation.ts';
 import { requestRestart } from './commands/restart-command.ts';
 import { applyResources, getResources } from './commands/resources-command.ts';
 import { planCommand } from './commands/plan-command.ts';
+import { usageCommand } from './commands/usage-command.ts';
 import { followStatus } from './commands/status-command.ts';
 import { reportValid } from './commands/validate-command.ts';
 
@@ -35,15 +36,20 @@ Usage:
                                      sockets, then the old one drains; waits and says how it went
   sluice apply -f FILE [--admin URL] [--token TOKEN] [--config FILE]
                                      creates or updates, through the admin API (etcd mode), the
-                                     providers, models and keys a YAML file lists (providers:,
-                                     models:, keys:, as in a config file); never deletes what the
+                                     providers, models, teams and keys a YAML file lists (providers:,
+                                     models:, teams:, keys:, as in a config file); never deletes what the
                                      file does not list. Says for each: created, configured, unchanged
-  sluice get providers|models|keys [NAME] [-o json|yaml] [--admin URL] [--token TOKEN] [--config FILE]
+  sluice get providers|models|teams|keys [NAME] [-o json|yaml] [--admin URL] [--token TOKEN] [--config FILE]
                                      lists them as a table (secrets left out); -o yaml prints a
                                      file that apply -f takes
   sluice status [--admin URL] [--token TOKEN] [--config FILE]
                                      follows the gateway live (its status page, in a terminal):
                                      a progress bar during a drain; exits when the gateway exits
+  sluice usage [--admin URL] [--token TOKEN] [--config FILE] [--from T] [--to T] [--by GROUPS]
+               [--bucket day|hour] [-o table|json|csv]
+                                     the usage ledger's requests, errors, tokens and cost by key,
+                                     team, model, provider or user (GROUPS: comma-separated);
+                                     T: an ISO date or time, epoch ms, or 30m, 24h, 7d ago (default: 7 days)
   sluice plan [--config FILE] [--longest-stream S] [--prestop S] [--health-check-interval S]
               [--health-check-failures N] [--margin S] [--grace S] [--platform P] [-o text|json|values] [--strict]
                                      sizes the platform around the drain (D1-D3): grace period,
@@ -53,7 +59,7 @@ Usage:
 
 The config file may also be named by SLUICE_CONFIG. Without one, Sluice runs its embedded default:
 proxy on 127.0.0.1:8080, admin on 127.0.0.1:9901, and a local "echo" model that needs no key.
-restart, apply, get and status ask the admin listener of the config (or --admin URL) with --token, else
+restart, apply, get, status and usage ask the admin listener of the config (or --admin URL) with --token, else
 SLUICE_ADMIN_TOKEN, else the config's admin token.
 Signals: SIGTERM/SIGINT start a graceful drain; a second one ends it at once; SIGHUP reloads
 the config; SIGUSR2 hot restarts (hot_restart.enabled). With workers > 1 or hot restart, signal
@@ -64,6 +70,8 @@ Docs: docs/configuration.md
 async function main(argv: string[]): Promise<number> {
   // `sluice plan` has flags of its own (docs/deployment.md).
   if (argv[0] === 'plan' && !argv.includes('--help') && !argv.includes('-h')) return planCommand(argv.slice(1));
+  // `sluice usage` has flags of its own (docs/usage-ledger.md).
+  if (argv[0] === 'usage' && !argv.includes('--help') && !argv.includes('-h')) return usageCommand(argv.slice(1));
   let parsed;
   try {
     parsed = parseArgs({

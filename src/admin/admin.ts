@@ -17,6 +17,7 @@ import type { Config } from '../config/schema.ts';
 import type { StatusFeed } from './status-feed.ts';
 import { STATUS_PAGE, STATUS_PAGE_HEADERS } from './status-page.ts';
 import { ADMIN_RESPONSE_HEADERS, AdminRequestGuard } from './request-guard.ts';
+import { REQUESTS_PREFIX, serveUsage, type UsageSource } from './usage-api.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
@@ -45,6 +46,8 @@ export interface AdminEnvironment {
   readonly status?: StatusFeed | undefined;
   /** `admin.allowed_hosts`: the Host names the API answers to besides loopback and the listener's own address. */
   readonly allowedHosts: readonly string[];
+  /** The usage ledger's routes read this. */
+  readonly usage: UsageSource;
 }
 
 /** Who an unauthenticated caller is in audit events (no admin token configured). */
@@ -52,6 +55,8 @@ const NO_TOKEN = 'anonymous (no admin token configured)';
 
 const ROUTES = new Map(ADMIN_ROUTES.map((r) => [r.path, r]));
 const STATUS_EVENTS = '/status/events';
+/** One request of the ledger: `/requests/{id}`. */
+const REQUEST_DETAIL = '/requests/{id}';
 /** The resource routes (resources-api.ts) live below this path. */
 const CONFIG = '/config';
 /** A read token asked for a change. */
@@ -90,6 +95,7 @@ export class AdminRoutes implements RouteTable {
 
   endpointOf(path: string): string | undefined {
     if (path === CONFIG || path.startsWith(`${CONFIG}/`)) return 'config';
+    if (path.startsWith(REQUESTS_PREFIX)) return 'requests_id';
     return ROUTES.has(path) ? path.slice(1).replaceAll('/', '_') : undefined;
   }
 
@@ -102,7 +108,7 @@ export class AdminRoutes implements RouteTable {
       const { resources, current, audit } = this.#env;
       return serveResources({ store: resources, current, audit, decision }, ctx, path.slice(CONFIG.length + 1).split('/').filter((s, i, all) => s !== '' || i < all.length - 1), caller.name);
     }
-    const route = ROUTES.get(path);
+    const route = path.startsWith(REQUESTS_PREFIX) ? ROUTES.get(REQUEST_DETAIL) : ROUTES.get(path);
     if (!route || (route.statusPage && !this.#env.status)) return sendError(ctx, decision, errors.notFound(path));
     if (ctx.req.method !== route.method) return sendError(ctx, decision, errors.methodNotAllowed(ctx.req.method ?? '', path, route.method));
     if (!route.open) {
@@ -111,10 +117,10 @@ export class AdminRoutes implements RouteTable {
       // Every admin route that is not a GET changes something (a drain, the health check, a hot restart).
       if (caller.scope === 'read' && route.method !== 'GET') return sendError(ctx, decision, READ_ONLY(caller.name));
     }
-    this.#serve(ctx, route);
+    this.#serve(ctx, route, path);
   }
 
-  #serve(ctx: RequestContext, route: AdminRoute): void {
+  #serve(ctx: RequestContext, route: AdminRoute, path: string): void {
     const { lifecycle } = this.#env;
     const query = new URLSearchParams(ctx.req.url?.split('?')[1] ?? '');
     switch (route.path) {
@@ -127,6 +133,11 @@ export class AdminRoutes implements RouteTable {
         return void ctx.res.end(STATUS_PAGE);
       case STATUS_EVENTS:
         return this.#env.status!.serve(ctx, lifecycle);
+      case '/usage':
+      case '/requests':
+      case REQUEST_DETAIL:
+      case '/budgets':
+        return serveUsage(this.#env.usage, ctx, lifecycle, path);
       case '/server_info':
         return this.#async(ctx, this.#env.serverInfo().then((info) => ({ type: 'application/json', body: JSON.stringify(info) })));
       case '/healthcheck/fail':

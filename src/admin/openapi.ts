@@ -1,7 +1,8 @@
 // The admin API's OpenAPI 3 document. `ADMIN_ROUTES` is the list the router serves from, so the
 // document and the routes cannot drift apart (a test checks both against the running program).
 import { z } from 'zod';
-import { modelSchema, namedKeySchema, providerSchema } from '../config/schema.ts';
+import { modelSchema, namedKeySchema, providerSchema, teamSchema } from '../config/schema.ts';
+import { RESOURCE_KINDS } from '../config/resources.ts';
 
 export interface AdminRoute {
   method: 'GET' | 'POST';
@@ -48,6 +49,38 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
   { method: 'GET', path: '/openapi.json', summary: 'This document.' },
   {
     method: 'GET',
+    path: '/usage',
+    summary: 'The usage ledger\'s totals over a time range (requests, errors, tokens, cost), grouped by key, team, model, provider or user, by hour or day. 404 ledger_not_enabled without a `ledger` section.',
+    query: [
+      { name: 'from', description: 'Start (ISO 8601 or epoch ms), included. Default: 7 days ago.' },
+      { name: 'to', description: 'End (ISO 8601 or epoch ms), excluded. Default: now.' },
+      { name: 'group_by', description: 'A comma list of key, team, model, provider, user.' },
+      { name: 'bucket', description: 'hour or day (UTC).' },
+    ],
+  },
+  {
+    method: 'GET',
+    path: '/requests',
+    summary: 'The request log, newest first, a page at a time (`next_cursor`).',
+    query: [
+      { name: 'from', description: 'Start (ISO 8601 or epoch ms). Default: 24 hours ago.' },
+      { name: 'to', description: 'End. Default: now.' },
+      { name: 'key', description: 'A key\'s name.' },
+      { name: 'team', description: 'A team\'s name.' },
+      { name: 'model', description: 'The model asked for.' },
+      { name: 'provider', description: 'The provider that served.' },
+      { name: 'user', description: 'The `user` the client named.' },
+      { name: 'status', description: 'An HTTP status, or `error` for every status >= 400.' },
+      { name: 'error', description: 'A stable error code.' },
+      { name: 'tag', description: 'One tag of `x-sluice-tags`.' },
+      { name: 'limit', description: 'Requests per page, 1 to 500 (default 50).' },
+      { name: 'cursor', description: 'The `next_cursor` of the previous page.' },
+    ],
+  },
+  { method: 'GET', path: '/requests/{id}', summary: 'One request of the ledger, whole: its attempts, tokens, cost, tags and key metadata. 404 unknown_request when it is not (yet) in the store.' },
+  { method: 'GET', path: '/budgets', summary: 'Every budget of a key or a team: the period, what is spent (from the limit store) and what is left.' },
+  {
+    method: 'GET',
     path: '/status',
     summary: 'The live status page (HTML, no data of its own: it reads /status/events with the admin token from the URL fragment, `/status#token=…`, or asks for it).',
     open: true,
@@ -68,15 +101,15 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
 function resourcePaths(): Record<string, object> {
   const error = (description: string) => ({ description, content: { 'application/json': { schema: { $ref: '#/components/schemas/Error' } } } });
   const json = (schema: object) => ({ content: { 'application/json': { schema } } });
-  const kind = { name: 'kind', in: 'path', required: true, schema: { type: 'string', enum: ['providers', 'models', 'keys'] } };
+  const kind = { name: 'kind', in: 'path', required: true, schema: { type: 'string', enum: [...RESOURCE_KINDS] } };
   const name = { name: 'name', in: 'path', required: true, description: 'The resource name, percent-encoded (a model name may hold "/" or "*").', schema: { type: 'string' } };
   const ifMatch = { name: 'If-Match', in: 'header', required: false, description: 'Write only if the resource is at this revision (its ETag).', schema: { type: 'string' } };
   const ifNoneMatch = { name: 'If-None-Match', in: 'header', required: false, description: '"*": create only, never replace.', schema: { type: 'string' } };
-  const resource = { oneOf: [{ $ref: '#/components/schemas/Provider' }, { $ref: '#/components/schemas/Model' }, { $ref: '#/components/schemas/Key' }] };
+  const resource = { oneOf: [{ $ref: '#/components/schemas/Provider' }, { $ref: '#/components/schemas/Model' }, { $ref: '#/components/schemas/Team' }, { $ref: '#/components/schemas/Key' }] };
   const written = json({ type: 'object', properties: { item: { type: 'object' }, revision: { type: 'integer' }, applied: { type: 'boolean', description: 'This gateway serves it already.' } } });
   const writeErrors = {
-    '400': error('Not valid alone or with the rest of the configuration.'),
-    '409': error('The revision changed meanwhile (revision_conflict), the resource is in use (resource_in_use), or the source is a file (read_only_source).'),
+    '400': error('Not valid alone or with the rest of the configuration (a model of a provider, a key of a team, that does not exist).'),
+    '409': error('The revision changed meanwhile (revision_conflict), the resource is in use (resource_in_use: a provider by a model, a team by a key), or the source is a file (read_only_source).'),
     '503': error('etcd did not answer; nothing was written.'),
   };
   const newKey = json({ type: 'object', properties: { item: { $ref: '#/components/schemas/Key' }, key: { type: 'string', description: 'The new key, shown this once.' }, revision: { type: 'integer' } } });
@@ -112,6 +145,7 @@ function resourcePaths(): Record<string, object> {
               expires_at: { type: 'string', description: 'ISO 8601: the key is refused from then.' },
               enabled: { type: 'boolean' },
               metadata: { type: 'object', additionalProperties: { type: 'string' } },
+              team: { type: 'string', description: 'The team the key belongs to (a name of /config/teams): its limits and budgets count the key too.' },
             },
           }),
         },
@@ -165,6 +199,7 @@ export function openApiDocument(version: string, routes: readonly AdminRoute[] =
       schemas: {
         Provider: componentSchema(providerSchema),
         Model: componentSchema(modelSchema),
+        Team: componentSchema(teamSchema),
         Key: componentSchema(namedKeySchema),
         Error: {
           type: 'object',

@@ -28,6 +28,8 @@ export interface ConfigSizing {
   etcd: boolean;
   /** limits.store redis: usage is committed to Redis at the exit (≤ 5 s). */
   redisLimits: boolean;
+  /** A usage ledger: its spool is flushed and shipped at the exit (≤ 5 s). */
+  ledger: boolean;
   /** limits.store memory with something to count (a limit, a key's limits or budget; in etcd mode, the keys to come). */
   memoryLimits: boolean;
   /** The tracing exporter's flush bound at the exit, in seconds (0: no tracing). */
@@ -120,6 +122,7 @@ export function sizingFromConfig(config: Config): ConfigSizing {
     group: config.workers !== 1,
     etcd: config.etcd !== undefined,
     redisLimits: config.limits.store === 'redis',
+    ledger: config.ledger !== undefined && config.ledger.enabled,
     memoryLimits:
       config.limits.store === 'memory' &&
       (config.etcd !== undefined || config.limits.global !== undefined || Object.keys(config.limits.models).length > 0 || config.keys.some((k) => typeof k !== 'string' && (k.limits !== undefined || k.budget !== undefined))),
@@ -150,6 +153,7 @@ export function exitAllowance(c: ConfigSizing): { secs: number; why: string } {
     upstream_pools: true,
     snapshot_write: c.etcd,
     usage_commit: c.redisLimits,
+    ledger_flush: c.ledger,
     tracing_flush: c.tracingFlushSecs > 0,
     status_page: c.statusPage,
     workers: c.group,
@@ -165,7 +169,7 @@ export function exitAllowance(c: ConfigSizing): { secs: number; why: string } {
       what: stages.map((parts) => parts.map((step) => `${step.label} ≤ ${fmt(bound(step))} s`).join(' ∥ ')).join(', then '),
     };
   };
-  const nothing = { secs: 0, why: 'nothing to flush (no etcd snapshot, no Redis usage commit, no tracing export, no status page)' };
+  const nothing = { secs: 0, why: 'nothing to flush (no etcd snapshot, no Redis usage commit, no usage ledger, no tracing export, no status page)' };
   if (!c.group) {
     const only = stage(waits());
     return only.secs === 0 ? nothing : { secs: only.secs, why: only.what };

@@ -89,6 +89,7 @@ export class RealtimeRoute implements UpgradeRoute {
     // holds its place until both sockets close, and is settled then with the usage of every
     // response.done and its cost. It is served by its route's first target alone.
     const policy = routing.limits;
+    ctx.ledgered = true;
     const admitting = this.#env.limiter.admit({
       policy,
       key: auth.key,

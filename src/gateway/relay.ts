@@ -80,6 +80,7 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
   onResponseData(controller: DispatchController, chunk: Buffer): void {
     if (this.#ended) return;
     const n = chunk.length;
+    this.#ctx.bytesOut += n;
     if (n > 0) this.#lastTwo = n >= 2 ? (chunk[n - 2]! << 8) | chunk[n - 1]! : ((this.#lastTwo & 0xff) << 8) | chunk[0]!;
     if (!this.#ctx.res.write(chunk) && !this.#waitingForDrain) {
       this.#waitingForDrain = true;

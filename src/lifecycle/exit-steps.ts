@@ -28,6 +28,9 @@ export const EXIT_STEPS = [
   { name: 'snapshot_write', label: 'snapshot write', stage: 1, side: 'holder', boundSecs: 5 },
   // The usage of the requests that finished is committed to the limit store, then its client closes.
   { name: 'usage_commit', label: 'usage commit to Redis', stage: 1, side: 'serving', boundSecs: 5 },
+  // The usage ledger's spool is fsynced and shipped to its store; what the store has not taken by
+  // then stays in the spool, shipped by the next start.
+  { name: 'ledger_flush', label: 'usage ledger flush', stage: 1, side: 'serving', boundSecs: 5 },
   // The spans not yet exported.
   { name: 'tracing_flush', label: 'tracing flush', stage: 1, side: 'serving', boundSecs: 'tracing.flush_timeout_ms' },
   // Whoever watches the status page or `sluice status` gets the feed's last event, `exited`.

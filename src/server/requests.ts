@@ -31,10 +31,18 @@ export interface RouteTable {
   admit?(ctx: RequestContext, listener: Listener): GatewayError | undefined;
 }
 
+/** Where a finished exchange that reached its admission is recorded (the usage ledger), off the request path. */
+export interface ExchangeLedger {
+  /** Synchronous, cheap, never throws. */
+  record(ctx: ExchangeContext, status: number): void;
+}
+
 export interface RequestServices {
   readonly lifecycle: RequestLifecycle;
   readonly metrics: Metrics;
   readonly accessLog: AccessLog;
+  /** The usage ledger; absent: none is kept. */
+  readonly ledger?: ExchangeLedger | undefined;
   readonly logger: Logger;
   readonly healthChecks: () => HealthCheck[];
   routesFor(listener: Listener): RouteTable;
@@ -49,6 +57,14 @@ export function createExchangeRecorder(services: RequestServices) {
       ctx.finished(status);
     } catch (error) {
       services.logger.error({ event: 'handler_error', request_id: ctx.id, err: error }, 'settling a finished request failed');
+    }
+    // Recorded before it leaves in-flight: the exit's ledger flush, which waits for nothing in flight, then has it.
+    if (ctx.ledgered && services.ledger !== undefined) {
+      try {
+        services.ledger.record(ctx, status);
+      } catch (error) {
+        services.logger.error({ event: 'telemetry_error', request_id: ctx.id, err: error }, 'recording a finished request in the ledger failed');
+      }
     }
     if (ctx.watch) lifecycle.watchFinished(ctx.connection);
     else lifecycle.requestFinished(ctx.connection);

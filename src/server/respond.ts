@@ -18,14 +18,16 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
   }
   if (ctx.responseHeaders !== undefined) Object.assign(headers, ctx.responseHeaders);
   headers['x-request-id'] = ctx.id;
+  ctx.headAt = process.hrtime.bigint();
   res.writeHead(status, headers);
 }
 
 /** Ends the response (with `body`, if any): `ctx.beforeEnd` first, while the client cannot have the answer yet. */
 export function endResponse(ctx: RequestContext, body?: string): void {
   ctx.beforeEnd?.();
-  if (body === undefined) ctx.res.end();
-  else ctx.res.end(body);
+  if (body === undefined) return void ctx.res.end();
+  ctx.bytesOut += Buffer.byteLength(body);
+  ctx.res.end(body);
 }
 
 export function sendJson(ctx: RequestContext, decision: DrainDecision, status: number, body: string): void {

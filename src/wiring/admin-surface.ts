@@ -11,6 +11,7 @@ import type { GatewayOptions } from '../running-gateway.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 import type { ProcessView } from './process-view.ts';
+import type { UsageSource } from '../admin/usage-api.ts';
 
 export interface AdminParts {
   readonly version: string;
@@ -21,6 +22,8 @@ export interface AdminParts {
   readonly view: ProcessView;
   readonly logger: Logger;
   readonly options: Pick<GatewayOptions, 'hotRestart' | 'configSource' | 'configFile'>;
+  /** The usage ledger's routes read this. */
+  readonly usage: UsageSource;
 }
 
 /** The status page's feed: the group's status every second (every half second while draining). */
@@ -44,7 +47,7 @@ export function createStatusFeed({ version, startedAt, lifecycle, supervision, v
 
 /** The admin routes of a config; `serving` is the whole config serving (what a resource write is checked against). */
 export function adminRoutes(parts: AdminParts, statusFeed: StatusFeed, serving: () => Config): (config: Config) => AdminRoutes {
-  const { metrics, lifecycle, version, view, supervision, logger, options } = parts;
+  const { metrics, lifecycle, version, view, supervision, logger, options, usage } = parts;
   const renderMetrics = async (): Promise<string> => metrics.render(await supervision.workerMetrics());
   return (c) =>
     new AdminRoutes({
@@ -61,5 +64,6 @@ export function adminRoutes(parts: AdminParts, statusFeed: StatusFeed, serving: 
       hotRestart: options.hotRestart,
       status: c.admin.status_page ? statusFeed : undefined,
       allowedHosts: c.admin.allowed_hosts,
+      usage,
     });
 }

@@ -102,8 +102,11 @@ describe('admin token and OpenAPI document', () => {
       // Without hot_restart.enabled, POST /hot_restart answers that it is not (409, in the API's
       // error shape); so does every resource write in file mode (the file is the source of truth).
       const writes = path.startsWith('/config/') && method !== 'GET';
-      const expected = probe !== method ? 405 : path === '/hot_restart' || writes ? 409 : 200;
+      // This gateway keeps no usage ledger: its routes say so (GET /budgets needs none).
+      const ledgerRoute = path === '/usage' || path === '/requests' || path.startsWith('/requests/');
+      const expected = probe !== method ? 405 : ledgerRoute ? 404 : path === '/hot_restart' || writes ? 409 : 200;
       assert.equal(answer.status, expected, `${probe} ${path}`);
+      if (ledgerRoute) assert.equal(JSON.parse(answer.body).error.code, 'ledger_not_enabled', `${probe} ${path}`);
       if (probe !== method) assert.equal(answer.headers.allow, method);
       if (writes) assert.equal(JSON.parse(answer.body).error.code, 'read_only_source', `${probe} ${path}`);
     }

@@ -52,9 +52,10 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/*
 L9, as src/deploy/plan.ts exitAllowance: in one process the snapshot write (etcd), the usage commit
-(Redis), the tracing flush and the status page's last event (with an admin listener and
-admin.status_page) run in parallel, each bounded (5 s; tracing.flush_timeout_ms, default 2000; 1 s).
-With workers (anything but workers: 1), each worker's exit (Redis, tracing) ends before the
+(Redis), the usage ledger's flush (a `ledger` section not disabled), the tracing flush and the
+status page's last event (with an admin listener and admin.status_page) run in parallel, each
+bounded (5 s; 5 s; tracing.flush_timeout_ms, default 2000; 1 s).
+With workers (anything but workers: 1), each worker's exit (Redis, ledger, tracing) ends before the
 supervisor's (snapshot, status page): two steps.
 */}}
 {{- define "sluice.exitAllowance" -}}
@@ -63,6 +64,7 @@ supervisor's (snapshot, status page): two steps.
 {{- $etcd := hasKey $c "etcd" -}}
 {{- $redis := eq (toString (dig "limits" "store" "memory" $c)) "redis" -}}
 {{- $group := ne (toString (dig "workers" "auto" $c)) "1" -}}
+{{- $ledger := and (hasKey $c "ledger") (ne (toString (dig "ledger" "enabled" true $c)) "false") -}}
 {{- $status := 0.0 -}}
 {{- if and (ne (toString (dig "admin" "status_page" true $c)) "false") (hasKey (include "sluice.listener" (list $c "admin") | fromJson) "address") -}}
 {{- $status = 1.0 -}}
@@ -73,11 +75,11 @@ supervisor's (snapshot, status page): two steps.
 {{- $tracing = divf (include "sluice.number" (list "tracing.flush_timeout_ms" (dig "flush_timeout_ms" 2000 $t)) | float64) 1000 -}}
 {{- end -}}
 {{- if $group -}}
-{{- $w := 0.0 -}}{{- if $redis -}}{{- $w = $flush -}}{{- end -}}
+{{- $w := 0.0 -}}{{- if or $redis $ledger -}}{{- $w = $flush -}}{{- end -}}
 {{- $s := 0.0 -}}{{- if $etcd -}}{{- $s = $flush -}}{{- end -}}
 {{- addf (maxf $w $tracing) (maxf $s $status) -}}
 {{- else -}}
-{{- $o := 0.0 -}}{{- if or $etcd $redis -}}{{- $o = $flush -}}{{- end -}}
+{{- $o := 0.0 -}}{{- if or $etcd $redis $ledger -}}{{- $o = $flush -}}{{- end -}}
 {{- maxf $o $tracing $status -}}
 {{- end -}}
 {{- end -}}

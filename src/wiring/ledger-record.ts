@@ -1,0 +1,78 @@
+// A finished exchange as the usage ledger records it: read from its context once it is over, off
+// the request's path (the spool's append is the only work, and it waits for nothing).
+import type { LedgerAttempt, LedgerRecord } from '../ledger/record.ts';
+import { RequestContext, type ExchangeContext } from '../server/context.ts';
+
+/** At most this many tags of `x-sluice-tags`, each cut to this many characters. */
+const MAX_TAGS = 16;
+const TAG_MAX = 64;
+
+/** Where this process stands in its group: the worker slot (0: one process) and the hot-restart generation (0: none). */
+export interface ProcessPlace {
+  readonly worker: number;
+  readonly generation: number;
+}
+
+/** The exchange's record. `nowMs`: the wall clock at its end; `sinceStartNs`: its duration on hrtime. */
+export function ledgerRecord(ctx: ExchangeContext, status: number, place: ProcessPlace, nowMs: number): LedgerRecord {
+  const durationMs = Number(process.hrtime.bigint() - ctx.startedAt) / 1e6;
+  const request = ctx instanceof RequestContext ? ctx : undefined;
+  const usage = ctx.usage;
+  const key = ctx.key;
+  const provider = ctx.provider;
+  const firstByteMs = request !== undefined && request.headAt !== 0n ? Number(request.headAt - ctx.startedAt) / 1e6 : null;
+  return {
+    id: ctx.id,
+    kind: request === undefined ? 'realtime' : 'request',
+    started_at: Math.round(nowMs - durationMs),
+    first_byte_ms: firstByteMs === null ? null : Math.round(firstByteMs * 1000) / 1000,
+    ended_at: nowMs,
+    key: ctx.keyName,
+    team: key.team?.name ?? '',
+    user: ctx.user,
+    metadata: key.metadata === undefined ? null : { ...key.metadata },
+    tags: tagsOf(ctx.req.headers['x-sluice-tags']),
+    api: request?.dialect ?? 'openai',
+    endpoint: ctx.endpoint,
+    model: ctx.model,
+    route: ctx.modelEntry,
+    provider,
+    served_model: ctx.upstreamModel,
+    attempts: attemptsOf(ctx, status, firstByteMs),
+    status,
+    error: ctx.errorCode,
+    prompt_tokens: usage?.prompt ?? 0,
+    completion_tokens: usage?.completion ?? 0,
+    cached_tokens: usage?.cached ?? 0,
+    cache_write_tokens: usage?.cacheWrite ?? 0,
+    usage_estimated: usage?.estimated === true,
+    cost_micros: ctx.costMicros === undefined ? null : Math.round(ctx.costMicros),
+    bytes_in: ctx.bytesIn,
+    bytes_out: ctx.bytesOut,
+    listener: ctx.listener,
+    worker: place.worker,
+    generation: place.generation,
+  };
+}
+
+/** Every attempt; a request that needed one has no attempt log (it costs nothing then): its one attempt is said from the rest. */
+function attemptsOf(ctx: ExchangeContext, status: number, firstByteMs: number | null): LedgerAttempt[] {
+  if (ctx.attemptLog !== undefined) return ctx.attemptLog.map((a) => ({ ...a }));
+  if (ctx.attempts === 0 || ctx.provider === '') return [];
+  const ok = status < 400 || status === 101;
+  return [{ target: `${ctx.provider}/${ctx.servedModel || ctx.upstreamModel}`, outcome: ok ? 'success' : ctx.errorCode || 'error', status, ms: Math.round(firstByteMs ?? 0) }];
+}
+
+/** `x-sluice-tags: a, b,c`: the tags, trimmed, empty ones left out, bounded. */
+export function tagsOf(header: string | string[] | undefined): string[] {
+  if (header === undefined) return [];
+  const text = Array.isArray(header) ? header.join(',') : header;
+  const tags: string[] = [];
+  for (const part of text.split(',')) {
+    const tag = part.trim();
+    if (tag === '') continue;
+    tags.push(tag.length > TAG_MAX ? tag.slice(0, TAG_MAX) : tag);
+    if (tags.length === MAX_TAGS) break;
+  }
+  return tags;
+}
