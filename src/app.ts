@@ -218,6 +218,11 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
       if (!isDeepStrictEqual(full.tracing, serving.tracing)) {
         logger.warn({ event: 'config_reload_partial', setting: 'tracing', reason: 'read at start' }, 'the tracing settings are read at start: this change applies when the gateway is restarted');
       }
+      for (const setting of ['ledger', 'budget_alerts'] as const) {
+        if (!isDeepStrictEqual(full[setting], serving[setting])) {
+          logger.warn({ event: 'config_reload_partial', setting, reason: 'read at start' }, `the ${setting} settings are read at start: this change applies when the gateway is restarted`);
+        }
+      }
       const prepared = await prepareReload(full, trigger).catch(() => undefined);
       return prepared ? prepared.commit() : false;
     },
