@@ -18,7 +18,7 @@ const PROCESS_OUTPUT: ValidateOutput = { out: (text) => process.stdout.write(tex
 export function reportValid(config: Config, source: string, io: ValidateOutput = PROCESS_OUTPUT): number {
   const resources = config.etcd
     ? `providers, models and keys in etcd (${config.etcd.endpoints.map(redactUrl).join(', ')}, prefix ${config.etcd.prefix})`
-    : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys`;
+    : `${config.providers.length} providers, ${config.models.length} models, ${config.keys.length} keys${config.teams.length > 0 ? `, ${config.teams.length} teams` : ''}`;
   io.out(printable(`config OK (${source}): ${config.listeners.length} listeners, ${resources}, ${workers(config)} workers`) + '\n');
   for (const warning of warnings(config)) io.err(`${printable(`warning: ${warning}`)}\n`);
   return 0;
