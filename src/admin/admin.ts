@@ -17,7 +17,7 @@ import type { Config } from '../config/schema.ts';
 import type { StatusFeed } from './status-feed.ts';
 import { STATUS_PAGE, STATUS_PAGE_HEADERS } from './status-page.ts';
 import { ADMIN_RESPONSE_HEADERS, AdminRequestGuard } from './request-guard.ts';
-import { REQUESTS_PREFIX, serveUsage, type UsageSource } from './usage-api.ts';
+import { queryOf, REQUESTS_PREFIX, serveUsage, type UsageSource } from './usage-api.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;
@@ -122,7 +122,7 @@ export class AdminRoutes implements RouteTable {
 
   #serve(ctx: RequestContext, route: AdminRoute, path: string): void {
     const { lifecycle } = this.#env;
-    const query = new URLSearchParams(ctx.req.url?.split('?')[1] ?? '');
+    const query = new URLSearchParams(queryOf(ctx.req.url));
     switch (route.path) {
       case '/metrics':
         return this.#metrics(ctx);

@@ -77,7 +77,7 @@ export const ADMIN_ROUTES: readonly AdminRoute[] = [
       { name: 'cursor', description: 'The `next_cursor` of the previous page.' },
     ],
   },
-  { method: 'GET', path: '/requests/{id}', summary: 'One request of the ledger, whole: its attempts, tokens, cost, tags and key metadata. 404 unknown_request when it is not (yet) in the store.' },
+  { method: 'GET', path: '/requests/{id}', summary: 'One request of the ledger, whole: its attempts, tokens, cost, tags and key metadata, and its bodies when `ledger.bodies` kept them. 404 unknown_request when it is not (yet) in the store.' },
   { method: 'GET', path: '/budgets', summary: 'Every budget of a key or a team: the period, what is spent (from the limit store) and what is left.' },
   {
     method: 'GET',

@@ -28,13 +28,19 @@ export interface UsageSource {
 
 export const REQUESTS_PREFIX = '/requests/';
 
+/** A URL's query: everything after its first `?` (a `?` may appear in a query, RFC 3986 3.4). */
+export function queryOf(url: string | undefined): string {
+  const at = url === undefined ? -1 : url.indexOf('?');
+  return at === -1 ? '' : url!.slice(at + 1);
+}
+
 const NOT_ENABLED = () => new GatewayError(404, 'not_found_error', 'ledger_not_enabled', 'the usage ledger is not enabled: add a `ledger` section to the config (docs/usage-ledger.md)');
 const NO_SUCH_REQUEST = (id: string) => new GatewayError(404, 'not_found_error', 'unknown_request', `no request ${JSON.stringify(id.slice(0, 64))} in the ledger (it may not be shipped yet, or retention removed it)`);
 const BAD_QUERY = (message: string) => new GatewayError(400, 'invalid_request_error', 'invalid_query', message);
 
 /** Serves one of the routes above; `path` is the request's path. */
 export function serveUsage(source: UsageSource, ctx: RequestContext, decision: DrainDecision, path: string, now: number = Date.now()): void {
-  const query = new URLSearchParams(ctx.req.url?.split('?')[1] ?? '');
+  const query = new URLSearchParams(queryOf(ctx.req.url));
   if (path === '/budgets') return answer(ctx, decision, source.budgets().then((budgets) => ({ budgets })));
   const ledger = source.ledger;
   if (ledger === undefined) return sendError(ctx, decision, NOT_ENABLED());

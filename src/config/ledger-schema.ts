@@ -11,6 +11,61 @@ const postgres = z.strictObject({
   pool_size: fromEnv(z.number().int().min(1).max(64)).default(4),
 });
 
+/** Flags a `redact` pattern may carry (`g` is always added; `y` and `d` would change what a replacement does). */
+const PATTERN_FLAGS = /^[imsuv]*$/;
+
+/** A `redact` pattern: JavaScript regular expression source, alone or with its flags (`{ pattern, flags: "i" }`). */
+const redactPattern = z.union([
+  z.string().min(1),
+  z.strictObject({
+    pattern: z.string().min(1),
+    flags: z.string().regex(PATTERN_FLAGS, 'expected flags among i, m, s, u and v').default(''),
+  }),
+]);
+export type RedactPattern = z.infer<typeof redactPattern>;
+
+/**
+ * Why `source` with `flags` is not a JavaScript regular expression; undefined when it is. The
+ * pattern itself is not quoted (it may come from a `${VAR}`): only the engine's reason.
+ */
+export function patternProblem(source: string, flags: string): string | undefined {
+  // (?i) and the like are PCRE's, not JavaScript's (which has the scoped group (?i:...) only).
+  if (/^\(\?[a-z]+\)/.test(source)) return 'a leading inline flag such as (?i) is not JavaScript: write { pattern: "...", flags: "i" }, or the group (?i:...)';
+  try {
+    new RegExp(source, `${flags}g`);
+    return undefined;
+  } catch (error) {
+    const message = (error as Error).message;
+    // V8's message quotes the pattern before its last ': ' ("Invalid regular expression: /(/g: Unterminated group").
+    const colon = message.lastIndexOf(': ');
+    return `not a JavaScript regular expression (${colon === -1 ? message : message.slice(colon + 2)})`;
+  }
+}
+
+/** `ledger.bodies`: request and response bodies kept beside their records, cut and redacted (docs/usage-ledger.md, Bodies). */
+const bodies = z.strictObject({
+  /** false (the default): no body is read into memory for the ledger, or written. */
+  enabled: fromEnv(z.boolean()).default(false),
+  /** Each body is cut to this many bytes (and marked truncated). */
+  max_bytes: fromEnv(z.number().int().min(1).max(1024 * 1024)).default(32_768),
+  /** Bodies are deleted after this many days, sooner than their records; 0: kept as long as the records. */
+  retention_days: fromEnv(z.number().int().nonnegative()).default(7),
+  /** More to redact, after the built-in rules (secrets, e-mail addresses, card and phone numbers): each match becomes `[redacted]`. */
+  redact: z
+    .array(redactPattern)
+    .superRefine((patterns, ctx) => {
+      patterns.forEach((pattern, index) => {
+        // Flags that are not allowed are reported by their own field.
+        if (typeof pattern !== 'string' && !PATTERN_FLAGS.test(pattern.flags)) return;
+        const problem = typeof pattern === 'string' ? patternProblem(pattern, '') : patternProblem(pattern.pattern, pattern.flags);
+        // The path names the pattern's index: `ledger.bodies.redact[2]`.
+        if (problem !== undefined) ctx.addIssue({ code: 'custom', path: [index], message: problem });
+      });
+    })
+    .default([]),
+});
+export type LedgerBodiesConfig = z.infer<typeof bodies>;
+
 export const ledgerSchema = z.strictObject({
   /** false: the section is kept and nothing is recorded. */
   enabled: fromEnv(z.boolean()).default(true),
@@ -29,12 +84,17 @@ export const ledgerSchema = z.strictObject({
   on_full: z.enum(['drop', 'refuse']).default('drop'),
   /** Records older than this many days are deleted (in small batches); 0: kept forever. */
   retention_days: fromEnv(z.number().int().nonnegative()).default(90),
+  /** Request and response bodies beside the records: off unless `enabled`. */
+  bodies: bodies.default(bodies.parse({})),
 });
 export type LedgerConfig = z.infer<typeof ledgerSchema>;
 
 export const budgetAlertsSchema = z.strictObject({
   /** The webhook: a JSON POST for each crossing. Never logged whole. */
-  url: z.string().regex(/^https?:\/\/[^\s]+$/, 'expected an http:// or https:// URL'),
+  url: z
+    .string()
+    .regex(/^https?:\/\/[^\s]+$/, 'expected an http:// or https:// URL')
+    .refine((url) => URL.canParse(url), 'expected a URL that parses (its host, port and path)'),
   /** Percents of a budget, each sent once per budget period when crossed. */
   thresholds: z.array(fromEnv(z.number().positive().max(1000))).min(1).default([50, 80, 100]),
   /** Sent with each POST (an Authorization header, say). */

@@ -304,7 +304,7 @@ function suggestKey(key: string, schemaPath: readonly PropertyKey[], parentPath:
   const deeper = nestedKeys(parent);
   const exact = deeper.filter((path) => path.at(-1)!.toLowerCase() === key.toLowerCase());
   const found = exact.length > 0 ? exact : deeper.filter((path) => closest(key, [path.at(-1)!]) !== undefined);
-  if (found.length > 0 && found.length <= 3) return ` (did you mean ${found.map((path) => `"${formatPath([...parentPath, ...path])}"`).join(' or ')}?)`;
+  if (found.length > 0 && found.length <= 4) return ` (did you mean ${found.map((path) => `"${formatPath([...parentPath, ...path])}"`).join(' or ')}?)`;
   return known.length > 0 && known.length <= 30 ? ` (known keys: ${known.join(', ')})` : '';
 }
 

@@ -13,7 +13,8 @@ import type { Limiter } from '../limits/limiter.ts';
 import { LimitPolicy } from '../limits/limit-policy.ts';
 import { UNLIMITED } from '../limits/admission.ts';
 import { promptEstimate } from '../limits/estimates.ts';
-import type { RequestContext } from '../server/context.ts';
+import { KeptBodies, type RequestContext } from '../server/context.ts';
+import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import { discardRest, readBody } from '../server/body.ts';
 import { authError, errors, GatewayError, type ErrorDialect } from '../api/errors.ts';
@@ -42,6 +43,8 @@ export interface Routing {
   readonly limits: LimitPolicy;
   /** While the proxy needs no client key: what keeps web pages from using it. Undefined (nothing to check) with keys. */
   readonly openGuard: OpenProxyGuard | undefined;
+  /** `ledger.bodies` when the ledger and its bodies are on: an admitted request's bodies are kept. Undefined: none is. */
+  readonly ledgerBodies?: LedgerBodiesConfig | undefined;
 }
 
 /** What a routing's parts report: model lists and cloud credentials that cannot be had. */
@@ -66,6 +69,7 @@ export function createRouting(config: Config, events: RoutingEvents, previous?: 
     pending: config.resources_pending,
     limits: new LimitPolicy(config),
     openGuard: keys.enabled || keys.required ? undefined : new OpenProxyGuard(config.auth.allowed_hosts),
+    ledgerBodies: config.ledger?.enabled === true && config.ledger.bodies.enabled ? config.ledger.bodies : undefined,
   };
 }
 
@@ -257,6 +261,7 @@ export class Gateway {
     if (this.#env.ledgerRefuses?.()) return sendError(ctx, decision, errors.ledgerFull());
     ctx.ledgered = true;
     ctx.bytesIn = read.body.length;
+    if (routing.ledgerBodies !== undefined) ctx.bodies = new KeptBodies(routing.ledgerBodies, read.body);
     const user = userOf(body);
     ctx.user = user;
     const admitting = this.#env.limiter.admit({

@@ -81,6 +81,8 @@ export class ResponseRelay implements ResponseHandler, ForceEndable {
     if (this.#ended) return;
     const n = chunk.length;
     this.#ctx.bytesOut += n;
+    // `ledger.bodies`: what the client receives, a stream's events as sent.
+    this.#ctx.bodies?.keep(chunk);
     if (n > 0) this.#lastTwo = n >= 2 ? (chunk[n - 2]! << 8) | chunk[n - 1]! : ((this.#lastTwo & 0xff) << 8) | chunk[0]!;
     if (!this.#ctx.res.write(chunk) && !this.#waitingForDrain) {
       this.#waitingForDrain = true;

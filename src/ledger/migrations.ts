@@ -1,8 +1,8 @@
 // The ledger's schema, as numbered steps for both dialects. A store applies, at its open and in one
 // transaction, the steps its database has not had yet, and records each in `ledger_schema`; a
 // database that a newer Sluice has moved past this code's last step is refused (its tables may mean
-// something this code does not know). A later step adds to the list (a `ledger_bodies` table, say),
-// never edits one already shipped.
+// something this code does not know). A later step adds to the list, never edits one already
+// shipped.
 import type { Dialect } from './store.ts';
 
 interface Types {
@@ -69,6 +69,25 @@ export const MIGRATIONS: readonly MigrationStep[] = [
         'CREATE INDEX ledger_requests_key_started ON ledger_requests (key, started_at)',
         'CREATE INDEX ledger_requests_team_started ON ledger_requests (team, started_at)',
         `CREATE TABLE ledger_claims (id TEXT PRIMARY KEY, claimed_at ${t.bigint} NOT NULL)`,
+      ];
+    },
+  },
+  {
+    version: 2,
+    description: 'ledger_bodies, the bodies of a request (ledger.bodies), deleted with their record or sooner',
+    sql(dialect) {
+      const t = TYPES[dialect];
+      return [
+        `CREATE TABLE ledger_bodies (
+          id TEXT PRIMARY KEY REFERENCES ledger_requests (id) ON DELETE CASCADE,
+          request_body TEXT NOT NULL,
+          response_body TEXT NOT NULL,
+          request_truncated ${t.bool} NOT NULL,
+          response_truncated ${t.bool} NOT NULL,
+          encoding TEXT NOT NULL,
+          ended_at ${t.bigint} NOT NULL
+        )`,
+        'CREATE INDEX ledger_bodies_ended ON ledger_bodies (ended_at)',
       ];
     },
   },

@@ -127,9 +127,15 @@ export function parseRequestsQuery(params: URLSearchParams, now: number = Date.n
       if (value !== undefined) query[name] = value;
     }
     const status = single(params, 'status');
-    if (status !== undefined) query.status = integer('status', status, 100, 599);
+    // `status=error`: every status >= 400, as `errors=true` says it.
+    if (status === 'error') query.errors = true;
+    else if (status !== undefined) query.status = integer('status', status, 100, 599);
     const errors = single(params, 'errors');
-    if (errors !== undefined) query.errors = flag('errors', errors);
+    if (errors !== undefined) {
+      const wanted = flag('errors', errors);
+      if (status === 'error' && !wanted) throw new ParamError('errors: false contradicts status=error');
+      query.errors = wanted;
+    }
     return query;
   });
 }

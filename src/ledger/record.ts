@@ -13,6 +13,21 @@ export interface LedgerAttempt {
   readonly ms: number;
 }
 
+/**
+ * A request's bodies as the ledger keeps them (`ledger.bodies`): cut to `max_bytes` and redacted
+ * before they are written anywhere. The request body is the bytes the gateway read; the response
+ * body, what its client received (a stream's events as sent).
+ */
+export interface LedgerBodies {
+  request_body: string;
+  response_body: string;
+  /** The body was longer than what is kept. */
+  request_truncated: boolean;
+  response_truncated: boolean;
+  /** `utf8`: both bodies are their text; `base64`: one of them was not UTF-8 text, so both are their bytes in base64. */
+  encoding: 'utf8' | 'base64';
+}
+
 export interface LedgerRecord {
   /** The request id (the `x-request-id` the gateway answers with): the record's key, written once. */
   id: string;
@@ -57,4 +72,6 @@ export interface LedgerRecord {
   /** The worker that served it (0: one process) and the hot-restart generation (0: none). */
   worker: number;
   generation: number;
+  /** Its bodies, when `ledger.bodies` is on (absent otherwise). */
+  bodies?: LedgerBodies | undefined;
 }

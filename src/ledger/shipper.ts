@@ -14,6 +14,11 @@ import { SIDECAR_SUFFIX, type SegmentChunk, type Spool } from './spool.ts';
 export interface LedgerSink {
   /** Inserts the records whose id is not there yet, in one transaction; resolves with how many were new. */
   insert(records: readonly LedgerRecord[]): Promise<number>;
+  /**
+   * The same, given the records as a JSON array's text (the spool's lines as written): when
+   * present, the shipper never parses a record on the gateway's thread.
+   */
+  insertJson?(json: string, count: number): Promise<number>;
 }
 
 export interface ShipperEvents {
@@ -295,32 +300,35 @@ export class Shipper {
       segment.durable = segment.offset;
       return;
     }
-    const first = chunk.records[0];
-    if (segment.claimed && first && segment.marks[0]) segment.marks[0].at = first.ended_at;
+    const first = segment.claimed && segment.marks[0] && chunk.lines.length > 0 ? (JSON.parse(chunk.lines[0]!) as LedgerRecord) : undefined;
+    if (first && segment.marks[0]) segment.marks[0].at = first.ended_at;
     if (chunk.corrupt > 0) {
       this.#corrupt += chunk.corrupt;
       this.#report('corrupt', segment.name, chunk.corrupt);
     }
-    if (chunk.records.length > 0 && !(await this.#insert(chunk.records))) return;
-    this.#shipped += chunk.records.length;
+    const count = chunk.lines.length;
+    if (count > 0 && !(await this.#insert(chunk))) return;
+    this.#shipped += count;
     segment.offset = chunk.end;
-    segment.unshipped = Math.max(0, segment.unshipped - chunk.records.length - chunk.corrupt);
+    segment.unshipped = Math.max(0, segment.unshipped - count - chunk.corrupt);
     while (segment.marks[0] && segment.marks[0].end <= segment.offset) segment.marks.shift();
     if (finished && chunk.eof) {
       this.#segments.delete(segment.name);
       await this.#spool.remove(segment.name).catch((error: unknown) => this.#report('ioFailed', asError(error)));
-    } else if (chunk.records.length + chunk.corrupt > 0) {
+    } else if (count + chunk.corrupt > 0) {
       // No fsync: a stale note only ships a batch again.
       await writeFile(join(this.#spool.dir, segment.name + SIDECAR_SUFFIX), `${segment.offset}\n`).catch(() => undefined);
     }
   }
 
   /** Sends one batch, retrying with back-off until the store takes it; false when closed first. */
-  async #insert(records: LedgerRecord[]): Promise<boolean> {
+  async #insert(chunk: SegmentChunk): Promise<boolean> {
+    const store = this.#store;
+    const json = store.insertJson === undefined ? undefined : `[${chunk.lines.join(',')}]`;
     for (;;) {
       if (this.#closed) return false;
       try {
-        await this.#store.insert(records);
+        await (json === undefined ? store.insert(chunk.records) : store.insertJson!(json, chunk.lines.length));
       } catch (error) {
         if (this.#downSince === undefined) {
           this.#downSince = this.#clock.now();

@@ -64,8 +64,13 @@ export interface SpoolListener {
 
 /** Lines read back from a segment. */
 export interface SegmentChunk {
-  /** The records whose line was whole and whose checksum matched. */
-  records: LedgerRecord[];
+  /**
+   * The JSON of each record whose line was whole and whose checksum matched, as written: a store
+   * that takes JSON (`insertJson`) gets it without a parse on this thread.
+   */
+  lines: string[];
+  /** The same records, parsed (on first use). */
+  readonly records: LedgerRecord[];
   /** Lines skipped: a bad checksum, not a record, or a torn tail (no newline at the end of a finished segment). */
   corrupt: number;
   /** The byte offset after the last line taken (where the next read starts). */
@@ -103,14 +108,33 @@ export function encodeLine(record: LedgerRecord): string {
   return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
 }
 
-/** The record of `buffer[start, end)` (a line without its newline), or undefined when its checksum or its JSON is wrong. */
-export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): LedgerRecord | undefined {
+/** Every record of the spool's JSON starts so (`id` is the record's first field). */
+const RECORD_START = '{"id":"';
+
+/**
+ * The JSON of `buffer[start, end)` (a line without its newline), unparsed, or undefined when its
+ * checksum is wrong or it is not a record's.
+ */
+export function checkedLine(buffer: Buffer, start = 0, end = buffer.length): string | undefined {
   if (end - start < 11 || buffer[start + 8] !== SPACE) return undefined;
   const hex = buffer.toString('latin1', start, start + 8);
   if (!/^[0-9a-f]{8}$/.test(hex)) return undefined;
   if (crc32(buffer.subarray(start + 9, end)) !== Number.parseInt(hex, 16)) return undefined;
+  const json = buffer.toString('utf8', start + 9, end);
+  return json.startsWith(RECORD_START) ? json : undefined;
+}
+
+/** The records of checked lines, parsed. */
+export function parseRecords(lines: readonly string[]): LedgerRecord[] {
+  return lines.map((json) => JSON.parse(json) as LedgerRecord);
+}
+
+/** The record of `buffer[start, end)` (a line without its newline), or undefined when its checksum or its JSON is wrong. */
+export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): LedgerRecord | undefined {
+  const json = checkedLine(buffer, start, end);
+  if (json === undefined) return undefined;
   try {
-    const record: unknown = JSON.parse(buffer.toString('utf8', start + 9, end));
+    const record: unknown = JSON.parse(json);
     if (typeof record !== 'object' || record === null || typeof (record as { id?: unknown }).id !== 'string') return undefined;
     return record as LedgerRecord;
   } catch {
@@ -165,19 +189,33 @@ async function writeFully(fh: FileHandle, buffers: Buffer[]): Promise<void> {
 }
 
 /** The whole lines of `buffer`, at most `maxLines` of them (corrupt ones included). */
-function parseLines(buffer: Buffer, maxLines: number): { records: LedgerRecord[]; corrupt: number; used: number; full: boolean } {
-  const records: LedgerRecord[] = [];
+function parseLines(buffer: Buffer, maxLines: number): { lines: string[]; corrupt: number; used: number; full: boolean } {
+  const lines: string[] = [];
   let corrupt = 0;
   let used = 0;
-  while (records.length + corrupt < maxLines) {
+  while (lines.length + corrupt < maxLines) {
     const newline = buffer.indexOf(NEWLINE, used);
     if (newline < 0) break;
-    const record = decodeLine(buffer, used, newline);
-    if (record) records.push(record);
+    const json = checkedLine(buffer, used, newline);
+    if (json !== undefined) lines.push(json);
     else corrupt++;
     used = newline + 1;
   }
-  return { records, corrupt, used, full: records.length + corrupt >= maxLines };
+  return { lines, corrupt, used, full: lines.length + corrupt >= maxLines };
+}
+
+/** A chunk of `lines`, its records parsed only when asked for. */
+function chunkOf(lines: string[], corrupt: number, end: number, eof: boolean): SegmentChunk {
+  let records: LedgerRecord[] | undefined;
+  return {
+    lines,
+    get records() {
+      return (records ??= parseRecords(lines));
+    },
+    corrupt,
+    end,
+    eof,
+  };
 }
 
 /**
@@ -413,7 +451,7 @@ export class Spool {
       const end = limits.limit ?? (await fh.stat()).size;
       let want = Math.min(limits.maxBytes, end - from);
       for (;;) {
-        if (want <= 0) return { records: [], corrupt: 0, end: from, eof: true };
+        if (want <= 0) return chunkOf([], 0, from, true);
         const buffer = Buffer.allocUnsafe(want);
         const got = await readFully(fh, buffer, from);
         const atEnd = got < want || from + got >= end;
@@ -427,7 +465,7 @@ export class Spool {
           corrupt++;
           used = got;
         }
-        return { records: lines.records, corrupt, end: from + used, eof: atEnd && used === got };
+        return chunkOf(lines.lines, corrupt, from + used, atEnd && used === got);
       }
     } finally {
       await fh.close();
@@ -550,6 +588,8 @@ export class Spool {
       await writeFully(segment.fh, batch.buffers);
       segment.size += batch.bytes;
       this.#diskBytes += batch.bytes;
+      // Counted on disk now: not a second time as in flight while the fdatasync runs.
+      this.#inflight = { ...batch, bytes: 0 };
       await segment.fh.datasync();
       this.#inflight = undefined;
       this.#failing = false;

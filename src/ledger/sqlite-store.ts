@@ -88,6 +88,12 @@ export class SqliteStore implements LedgerStore {
     return this.#call('insert', records);
   }
 
+  /** The records as a JSON array's text (the spool's lines): handed to the thread as one string, parsed there. */
+  insertJson(json: string, count: number): Promise<number> {
+    if (count === 0) return Promise.resolve(0);
+    return this.#call('insertJson', json);
+  }
+
   usage(q: UsageQuery): Promise<UsageRow[]> {
     return this.#call('usage', q);
   }
@@ -102,6 +108,10 @@ export class SqliteStore implements LedgerStore {
 
   prune(beforeMs: number, limit: number): Promise<number> {
     return this.#call('prune', beforeMs, limit);
+  }
+
+  pruneBodies(beforeMs: number, limit: number): Promise<number> {
+    return this.#call('pruneBodies', beforeMs, limit);
   }
 
   claim(id: string): Promise<boolean> {

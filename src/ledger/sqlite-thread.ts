@@ -7,8 +7,11 @@ import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlit
 import type { LedgerRecord } from './record.ts';
 import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
 import {
+  bodiesInsertStatement,
+  bodiesStatement,
   claimStatement,
   insertStatement,
+  pruneBodiesStatement,
   pruneStatement,
   requestsPage,
   requestStatement,
@@ -16,6 +19,7 @@ import {
   rowRecord,
   usageRows,
   usageStatement,
+  withBodies,
   type RequestsPage,
   type RequestsQuery,
   type Statement,
@@ -26,10 +30,13 @@ import {
 /** The operations of the thread: their arguments and what they resolve with. */
 export interface ThreadOps {
   insert: { args: [records: readonly LedgerRecord[]]; result: number };
+  /** The same, the records as a JSON array's text: parsed here, off the gateway's thread. */
+  insertJson: { args: [json: string]; result: number };
   usage: { args: [q: UsageQuery]; result: UsageRow[] };
   requests: { args: [q: RequestsQuery]; result: RequestsPage };
   request: { args: [id: string]; result: LedgerRecord | undefined };
   prune: { args: [beforeMs: number, limit: number]; result: number };
+  pruneBodies: { args: [beforeMs: number, limit: number]; result: number };
   claim: { args: [id: string, claimedAt: number]; result: boolean };
   close: { args: []; result: void };
 }
@@ -48,7 +55,7 @@ export interface ThreadData {
 
 /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
 const BUSY_TIMEOUT_MS = 5000;
-/** Rows per INSERT statement (30 columns each: well under SQLite's 32766 variables). */
+/** Rows per INSERT statement (30 columns each, 7 of bodies: well under SQLite's 32766 variables). */
 const INSERT_CHUNK = 500;
 /** Prepared statements kept (the SQL of an insert depends on its row count; most batches are full). */
 const STATEMENT_CACHE = 16;
@@ -61,6 +68,9 @@ class LedgerDatabase {
     this.#db = new DatabaseSync(path, { timeout: BUSY_TIMEOUT_MS });
     this.#db.exec('PRAGMA journal_mode = WAL');
     this.#db.exec('PRAGMA synchronous = NORMAL');
+    // A record's bodies reference it (ON DELETE CASCADE): pruning records prunes their bodies. (node:sqlite
+    // turns foreign keys on by default; said here, since the cascade depends on it.)
+    this.#db.exec('PRAGMA foreign_keys = ON');
     this.#write(() => {
       this.#db.exec(schemaTableSql('sqlite'));
       const row = this.#db.prepare(SCHEMA_VERSION_SQL).get();
@@ -103,16 +113,23 @@ class LedgerDatabase {
     insert: (records) =>
       this.#write(() => {
         let added = 0;
-        for (let i = 0; i < records.length; i += INSERT_CHUNK) added += this.#run(insertStatement(records.slice(i, i + INSERT_CHUNK), 'sqlite'));
+        for (let i = 0; i < records.length; i += INSERT_CHUNK) {
+          const chunk = records.slice(i, i + INSERT_CHUNK);
+          added += this.#run(insertStatement(chunk, 'sqlite'));
+          const bodies = bodiesInsertStatement(chunk, 'sqlite');
+          if (bodies !== undefined) this.#run(bodies);
+        }
         return added;
       }),
+    insertJson: (json) => this.ops.insert(JSON.parse(json) as LedgerRecord[]),
     usage: (q) => usageRows(q, this.#all(usageStatement(q, 'sqlite'))),
     requests: (q) => requestsPage(q, this.#all(requestsStatement(q, 'sqlite'))),
     request: (id) => {
       const row = this.#all(requestStatement(id, 'sqlite'))[0];
-      return row ? rowRecord(row) : undefined;
+      return row ? withBodies(rowRecord(row), this.#all(bodiesStatement(id, 'sqlite'))[0]) : undefined;
     },
     prune: (beforeMs, limit) => this.#write(() => this.#run(pruneStatement(beforeMs, limit, 'sqlite'))),
+    pruneBodies: (beforeMs, limit) => this.#write(() => this.#run(pruneBodiesStatement(beforeMs, limit, 'sqlite'))),
     claim: (id, claimedAt) => this.#run(claimStatement(id, claimedAt, 'sqlite')) === 1,
     close: () => {
       this.#statements.clear();

@@ -1,18 +1,24 @@
 // Where the ledger's records end up: a SQLite file or a PostgreSQL database, behind one interface
-// (the shipper inserts, the admin API queries, the retention job prunes, budget alerts claim). The
+// (the shipper inserts, the admin API queries, the retention job prunes, budget alerts claim). A
+// record's bodies (`ledger.bodies`) go to a table of their own, `ledger_bodies`, in the same
+// transaction as the record, and are pruned sooner. The
 // SQL the two stores run is built here, once, with the few places where the dialects differ
 // (placeholders, booleans, JSON) named by a `Dialect`.
-import type { LedgerRecord } from './record.ts';
+import type { LedgerBodies, LedgerRecord } from './record.ts';
 
 export interface LedgerStore {
   readonly kind: 'sqlite' | 'postgres';
   /** Inserts the records whose id is not there yet, in one transaction; resolves with how many were new. */
   insert(records: readonly LedgerRecord[]): Promise<number>;
+  /** The same, the records given as a JSON array's text (the spool's lines), parsed off the gateway's thread. */
+  insertJson?(json: string, count: number): Promise<number>;
   usage(q: UsageQuery): Promise<UsageRow[]>;
   requests(q: RequestsQuery): Promise<RequestsPage>;
   request(id: string): Promise<LedgerRecord | undefined>;
-  /** Deletes at most `limit` records that ended before `beforeMs`; resolves with how many. */
+  /** Deletes at most `limit` records that ended before `beforeMs` (their bodies with them); resolves with how many. */
   prune(beforeMs: number, limit: number): Promise<number>;
+  /** Deletes the bodies of at most `limit` records that ended before `beforeMs`, the records kept; resolves with how many. */
+  pruneBodies(beforeMs: number, limit: number): Promise<number>;
   /** true the first time `id` is claimed (a budget alert sent once, across the fleet and restarts). */
   claim(id: string): Promise<boolean>;
   close(): Promise<void>;
@@ -99,7 +105,9 @@ export function decodeCursor(text: string): Cursor | undefined {
     if (!Array.isArray(value) || value.length !== 3) return undefined;
     const [startedAt, id, from] = value as unknown[];
     if (!Number.isSafeInteger(startedAt) || typeof id !== 'string') return undefined;
-    if (from !== null && !Number.isSafeInteger(from)) return undefined;
+    // Within what a Date can hold (±8.64e15 ms): the range's words print it.
+    if (from !== null && !(Number.isSafeInteger(from) && Math.abs(from as number) <= 8.64e15)) return undefined;
+    if (Math.abs(startedAt as number) > 8.64e15) return undefined;
     return { startedAt: startedAt as number, id, ...(from !== null ? { from: from as number } : {}) };
   } catch {
     return undefined;
@@ -257,6 +265,103 @@ export function insertStatement(records: readonly LedgerRecord[], dialect: Diale
   const params = new Params(dialect);
   const rows = records.map((r) => `(${recordRow(r, dialect).map((v) => params.add(v)).join(', ')})`);
   const sql = `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) VALUES ${rows.join(', ')} ON CONFLICT (id) DO NOTHING`;
+  return { sql, values: params.values };
+}
+
+/**
+ * PostgreSQL: one INSERT of the records given as a JSON array's text (`$1`), parsed by the server:
+ * the gateway builds no parameter per field. Numbers are rounded as `wholeNumber` does; a record
+ * holds no text PostgreSQL refuses (the record's builder made it so), and a batch it refuses all
+ * the same is inserted again through `insertStatement`, which cleans each value.
+ */
+export const POSTGRES_JSON_INSERT = ((): string => {
+  const typeOf = (name: Column) => (JSON_COLUMNS.has(name) ? 'jsonb' : name === 'usage_estimated' ? 'boolean' : NUMBER_COLUMNS.has(name) ? 'numeric' : 'text');
+  const value = (name: Column) => {
+    const c = `r.${col(name)}`;
+    if (JSON_COLUMNS.has(name)) return name === 'metadata' ? c : `COALESCE(${c}, '[]'::jsonb)`;
+    if (name === 'usage_estimated') return `COALESCE(${c}, false)`;
+    if (NULLABLE_NUMBERS.has(name)) return `round(${c})::bigint`;
+    if (NUMBER_COLUMNS.has(name)) return `COALESCE(round(${c}), 0)::bigint`;
+    return `COALESCE(${c}, '')`;
+  };
+  return (
+    `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) SELECT ${COLUMNS.map(value).join(', ')} ` +
+    `FROM jsonb_to_recordset($1::jsonb) AS r(${COLUMNS.map((name) => `${col(name)} ${typeOf(name)}`).join(', ')}) WHERE r.id IS NOT NULL ON CONFLICT (id) DO NOTHING`
+  );
+})();
+
+/** PostgreSQL: the bodies of the records of `$1` (a JSON array's text) that have them, after their records' INSERT. */
+export const POSTGRES_JSON_BODIES_INSERT =
+  'INSERT INTO ledger_bodies (id, request_body, response_body, request_truncated, response_truncated, encoding, ended_at) ' +
+  "SELECT r.id, COALESCE(b.request_body, ''), COALESCE(b.response_body, ''), COALESCE(b.request_truncated, false), COALESCE(b.response_truncated, false), " +
+  "CASE WHEN b.encoding = 'base64' THEN 'base64' ELSE 'utf8' END, COALESCE(round(r.ended_at), 0)::bigint " +
+  'FROM jsonb_to_recordset($1::jsonb) AS r(id text, ended_at numeric, bodies jsonb) ' +
+  'CROSS JOIN LATERAL jsonb_to_record(r.bodies) AS b(request_body text, response_body text, request_truncated boolean, response_truncated boolean, encoding text) ' +
+  "WHERE r.id IS NOT NULL AND jsonb_typeof(r.bodies) = 'object' ON CONFLICT (id) DO NOTHING";
+
+/** The columns of `ledger_bodies`, in the order of `bodiesRow`. */
+export const BODY_COLUMNS = ['id', 'request_body', 'response_body', 'request_truncated', 'response_truncated', 'encoding', 'ended_at'] as const;
+
+/** A record's bodies as the dialect binds them (its id and end beside them); undefined when it has none. */
+export function bodiesRow(record: LedgerRecord, dialect: Dialect): (string | number | boolean | null)[] | undefined {
+  const bodies = record.bodies;
+  if (bodies === undefined || bodies === null || typeof bodies !== 'object') return undefined;
+  const flag = (value: unknown) => (dialect === 'sqlite' ? (value === true ? 1 : 0) : value === true);
+  const text = (value: unknown) => cleanText(typeof value === 'string' ? value : '');
+  return [
+    cleanText(String(record.id)),
+    text(bodies.request_body),
+    text(bodies.response_body),
+    flag(bodies.request_truncated),
+    flag(bodies.response_truncated),
+    bodies.encoding === 'base64' ? 'base64' : 'utf8',
+    wholeNumber(record.ended_at),
+  ];
+}
+
+/**
+ * One INSERT of the bodies of those of `records` that have them (undefined when none has), each
+ * id once. Run after the records' INSERT in the same transaction: a body whose record the store
+ * already had (a batch shipped again) is already there too, and is skipped.
+ */
+export function bodiesInsertStatement(records: readonly LedgerRecord[], dialect: Dialect): Statement | undefined {
+  const params = new Params(dialect);
+  const rows: string[] = [];
+  for (const record of records) {
+    const row = bodiesRow(record, dialect);
+    if (row !== undefined) rows.push(`(${row.map((v) => params.add(v)).join(', ')})`);
+  }
+  if (rows.length === 0) return undefined;
+  return { sql: `INSERT INTO ledger_bodies (${BODY_COLUMNS.join(', ')}) VALUES ${rows.join(', ')} ON CONFLICT (id) DO NOTHING`, values: params.values };
+}
+
+/** The bodies of one record; their row goes through `rowBodies`. */
+export function bodiesStatement(id: string, dialect: Dialect): Statement {
+  const params = new Params(dialect);
+  return { sql: `SELECT request_body, response_body, request_truncated, response_truncated, encoding FROM ledger_bodies WHERE id = ${params.add(id)}`, values: params.values };
+}
+
+/** A row of `bodiesStatement` as LedgerBodies (SQLite's 0/1 made booleans). */
+export function rowBodies(row: Record<string, unknown>): LedgerBodies {
+  return {
+    request_body: String(row.request_body),
+    response_body: String(row.response_body),
+    request_truncated: row.request_truncated === true || row.request_truncated === 1,
+    response_truncated: row.response_truncated === true || row.response_truncated === 1,
+    encoding: row.encoding === 'base64' ? 'base64' : 'utf8',
+  };
+}
+
+/** `record` with its bodies when it has some (`row`: the row of `bodiesStatement`, if any). */
+export function withBodies(record: LedgerRecord, row: Record<string, unknown> | undefined): LedgerRecord {
+  return row === undefined ? record : { ...record, bodies: rowBodies(row) };
+}
+
+/** The bodies of at most `limit` records that ended before `beforeMs`, oldest first (the index on `ended_at`). */
+export function pruneBodiesStatement(beforeMs: number, limit: number, dialect: Dialect): Statement {
+  const params = new Params(dialect);
+  const before = params.add(beforeMs);
+  const sql = `DELETE FROM ledger_bodies WHERE id IN (SELECT id FROM ledger_bodies WHERE ended_at < ${before} ORDER BY ended_at, id LIMIT ${params.add(Math.max(0, Math.floor(limit)))})`;
   return { sql, values: params.values };
 }
 

@@ -9,6 +9,7 @@ import type { ErrorDialect } from '../api/errors.ts';
 import type { Usage } from '../api/usage.ts';
 import type { RequestTrace } from '../telemetry/tracing.ts';
 import type { AttemptRecord } from '../telemetry/access-log.ts';
+import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
 
 /** What the request's client key may do (auth/keys.ts's ClientKey). */
 export interface KeyGrant {
@@ -148,10 +149,64 @@ export class RequestContext extends ExchangeContext {
    * its usage is still being counted).
    */
   settleLater: ((done: () => void) => boolean) | undefined = undefined;
+  /** `ledger.bodies` on, set at the request's admission: its bodies kept for its ledger record. Undefined (the default): none is kept. */
+  bodies: KeptBodies | undefined = undefined;
 
   constructor(req: IncomingMessage, res: ServerResponse, listener: string, connection: TrackedConnection | undefined) {
     super(req, listener, connection);
     this.res = res;
+  }
+}
+
+/** Kept past `max_bytes`, so that the redaction sees a secret across the cut whole (the record keeps `max_bytes`). */
+const KEPT_MARGIN_BYTES = 1024;
+
+/**
+ * A request's bodies kept for the usage ledger (`ledger.bodies`): the request body as the gateway
+ * read it, and the first bytes of the answer as its client received them (a stream's events as
+ * sent), each up to `max_bytes` and a margin. The record's builder redacts and cuts them.
+ */
+export class KeptBodies {
+  /** `ledger.bodies` as configured when the request was admitted. */
+  readonly settings: LedgerBodiesConfig;
+  readonly #request: Buffer;
+  readonly #limit: number;
+  readonly #response: Buffer[] = [];
+  #responseBytes = 0;
+  #responseMore = false;
+
+  /** `request`: the body as read (held, not copied: the request holds it anyway). */
+  constructor(settings: LedgerBodiesConfig, request: Buffer) {
+    this.settings = settings;
+    this.#request = request;
+    this.#limit = settings.max_bytes + KEPT_MARGIN_BYTES;
+  }
+
+  /** Bytes the client is sent: copied while there is room, counted as more after. */
+  keep(chunk: Buffer | string): void {
+    if (chunk.length === 0) return;
+    const room = this.#limit - this.#responseBytes;
+    if (room <= 0) {
+      this.#responseMore = true;
+      return;
+    }
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    if (bytes.length > room) this.#responseMore = true;
+    // A copy: the chunk may be a view of a buffer that is reused.
+    const part = Buffer.from(bytes.subarray(0, room));
+    this.#response.push(part);
+    this.#responseBytes += part.length;
+  }
+
+  /** The request body's first bytes, and whether it went on past them. */
+  get request(): { bytes: Buffer; more: boolean } {
+    const more = this.#request.length > this.#limit;
+    return { bytes: more ? this.#request.subarray(0, this.#limit) : this.#request, more };
+  }
+
+  /** The answer's first bytes as sent, and whether more were sent. */
+  get response(): { bytes: Buffer; more: boolean } {
+    return { bytes: Buffer.concat(this.#response, this.#responseBytes), more: this.#responseMore };
   }
 }
 

@@ -22,11 +22,12 @@ export function writeHead(ctx: RequestContext, decision: DrainDecision, status: 
   res.writeHead(status, headers);
 }
 
-/** Ends the response (with `body`, if any): `ctx.beforeEnd` first, while the client cannot have the answer yet. */
+/** Ends the response (with `body`, if any, kept for the ledger when `ledger.bodies` is on): `ctx.beforeEnd` first, while the client cannot have the answer yet. */
 export function endResponse(ctx: RequestContext, body?: string): void {
   ctx.beforeEnd?.();
   if (body === undefined) return void ctx.res.end();
   ctx.bytesOut += Buffer.byteLength(body);
+  ctx.bodies?.keep(body);
   ctx.res.end(body);
 }
 

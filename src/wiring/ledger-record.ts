@@ -1,7 +1,10 @@
 // A finished exchange as the usage ledger records it: read from its context once it is over, off
-// the request's path (the spool's append is the only work, and it waits for nothing).
-import type { LedgerAttempt, LedgerRecord } from '../ledger/record.ts';
-import { RequestContext, type ExchangeContext } from '../server/context.ts';
+// the request's path (the spool's append is the only work, and it waits for nothing). Its bodies,
+// when `ledger.bodies` kept them, are redacted and cut here, before the record goes anywhere.
+import type { LedgerAttempt, LedgerBodies, LedgerRecord } from '../ledger/record.ts';
+import { ledgerBodies, Redaction } from '../ledger/redact.ts';
+import { RequestContext, type ExchangeContext, type KeptBodies } from '../server/context.ts';
+import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
 
 /** At most this many tags of `x-sluice-tags`, each cut to this many characters. */
 const MAX_TAGS = 16;
@@ -29,15 +32,16 @@ export function ledgerRecord(ctx: ExchangeContext, status: number, place: Proces
     ended_at: nowMs,
     key: ctx.keyName,
     team: key.team?.name ?? '',
-    user: ctx.user,
-    metadata: key.metadata === undefined ? null : { ...key.metadata },
+    user: clean(ctx.user),
+    metadata: key.metadata === undefined ? null : metadataOf(key.metadata),
     tags: tagsOf(ctx.req.headers['x-sluice-tags']),
     api: request?.dialect ?? 'openai',
     endpoint: ctx.endpoint,
-    model: ctx.model,
+    model: capped(ctx.model),
     route: ctx.modelEntry,
-    provider,
-    served_model: ctx.upstreamModel,
+    // A request refused before any attempt (a limit, a budget) was served by no provider.
+    provider: ctx.attempts === 0 ? '' : provider,
+    served_model: capped(ctx.upstreamModel),
     attempts: attemptsOf(ctx, status, firstByteMs),
     status,
     error: ctx.errorCode,
@@ -52,15 +56,52 @@ export function ledgerRecord(ctx: ExchangeContext, status: number, place: Proces
     listener: ctx.listener,
     worker: place.worker,
     generation: place.generation,
+    ...(request?.bodies !== undefined ? { bodies: bodiesOf(request.bodies) } : {}),
   };
+}
+
+/** The redaction of each `ledger.bodies` seen (a config, frozen: one per load), its patterns compiled once. */
+const redactions = new WeakMap<LedgerBodiesConfig, Redaction>();
+
+/** The bodies kept, redacted and cut to `max_bytes`. */
+function bodiesOf(kept: KeptBodies): LedgerBodies {
+  const settings = kept.settings;
+  let redaction = redactions.get(settings);
+  if (redaction === undefined) {
+    redaction = new Redaction(settings.redact.map((p) => (typeof p === 'string' ? { pattern: p } : p)));
+    redactions.set(settings, redaction);
+  }
+  return ledgerBodies(kept.request, kept.response, redaction, settings.max_bytes);
 }
 
 /** Every attempt; a request that needed one has no attempt log (it costs nothing then): its one attempt is said from the rest. */
 function attemptsOf(ctx: ExchangeContext, status: number, firstByteMs: number | null): LedgerAttempt[] {
-  if (ctx.attemptLog !== undefined) return ctx.attemptLog.map((a) => ({ ...a }));
+  if (ctx.attemptLog !== undefined) return ctx.attemptLog.map((a) => ({ ...a, target: capped(a.target) }));
   if (ctx.attempts === 0 || ctx.provider === '') return [];
   const ok = status < 400 || status === 101;
-  return [{ target: `${ctx.provider}/${ctx.servedModel || ctx.upstreamModel}`, outcome: ok ? 'success' : ctx.errorCode || 'error', status, ms: Math.round(firstByteMs ?? 0) }];
+  return [{ target: capped(`${ctx.provider}/${ctx.servedModel || ctx.upstreamModel}`), outcome: ok ? 'success' : ctx.errorCode || 'error', status, ms: Math.round(firstByteMs ?? 0) }];
+}
+
+/** A client's model name is kept to this many characters (as its usage's labels are). */
+const MODEL_MAX = 256;
+
+/**
+ * Text any store holds as JSON: a NUL or a lone surrogate (a client may send either) made U+FFFD,
+ * which PostgreSQL's jsonb would refuse, and with it the whole batch. The usual text is returned as is.
+ */
+function clean(value: string): string {
+  return value.isWellFormed() && !value.includes('\u0000') ? value : value.toWellFormed().replaceAll('\u0000', '\uFFFD');
+}
+
+/** A client's model name, cut and cleaned. */
+function capped(value: string): string {
+  return clean(value.length > MODEL_MAX ? value.slice(0, MODEL_MAX) : value);
+}
+
+function metadataOf(metadata: Readonly<Record<string, string>>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(metadata)) out[clean(k)] = clean(v);
+  return out;
 }
 
 /** `x-sluice-tags: a, b,c`: the tags, trimmed, empty ones left out, bounded. */
@@ -71,7 +112,7 @@ export function tagsOf(header: string | string[] | undefined): string[] {
   for (const part of text.split(',')) {
     const tag = part.trim();
     if (tag === '') continue;
-    tags.push(tag.length > TAG_MAX ? tag.slice(0, TAG_MAX) : tag);
+    tags.push(clean(tag.length > TAG_MAX ? tag.slice(0, TAG_MAX) : tag));
     if (tags.length === MAX_TAGS) break;
   }
   return tags;

@@ -118,7 +118,8 @@ export class ProcessLedger implements ExchangeLedger {
 }
 
 /**
- * The store, opened in the background: until it is, every call rejects (the shipper retries, the
+ * The store, opened in the background: a call waits for the first attempt to open it (so that a
+ * start is not reported as an outage), then rejects while it is not open (the shipper retries, the
  * admin API answers 503), and opening is tried again with back-off. A gateway starts and records
  * while its database is away.
  */
@@ -127,11 +128,15 @@ class PendingStore implements LedgerStore {
   #store: LedgerStore | undefined;
   #closed = false;
   readonly #opening: Promise<void>;
+  /** Settled once the first attempt to open has succeeded or failed (or the ledger closed). */
+  readonly #firstTry: Promise<void>;
+  #firstTried: () => void = () => {};
 
   constructor(kind: 'sqlite' | 'postgres', open: () => Promise<LedgerStore>, clock: Clock, failed: (error: Error, first: boolean) => void, opened: () => void) {
     this.kind = kind;
     let waitMs = OPEN_RETRY_FIRST_MS;
     let first = true;
+    this.#firstTry = new Promise<void>((resolve) => (this.#firstTried = resolve));
     const attempt = async (): Promise<void> => {
       while (!this.#closed) {
         try {
@@ -139,10 +144,12 @@ class PendingStore implements LedgerStore {
           if (this.#closed) return void (await store.close());
           this.#store = store;
           if (!first) opened();
+          this.#firstTried();
           return;
         } catch (error) {
           failed(error as Error, first);
           first = false;
+          this.#firstTried();
           await new Promise<void>((resolve) => clock.after(waitMs, resolve));
           waitMs = Math.min(waitMs * 2, OPEN_RETRY_MAX_MS);
         }
@@ -168,6 +175,9 @@ class PendingStore implements LedgerStore {
   insert(records: readonly LedgerRecord[]): Promise<number> {
     return this.#call((s) => s.insert(records));
   }
+  insertJson(json: string, count: number): Promise<number> {
+    return this.#call((s) => (s.insertJson ? s.insertJson(json, count) : s.insert(JSON.parse(json) as LedgerRecord[])));
+  }
   usage(q: UsageQuery): Promise<UsageRow[]> {
     return this.#call((s) => s.usage(q));
   }
@@ -180,20 +190,21 @@ class PendingStore implements LedgerStore {
   prune(beforeMs: number, limit: number): Promise<number> {
     return this.#call((s) => s.prune(beforeMs, limit));
   }
+  pruneBodies(beforeMs: number, limit: number): Promise<number> {
+    return this.#call((s) => s.pruneBodies(beforeMs, limit));
+  }
   claim(id: string): Promise<boolean> {
     return this.#call((s) => s.claim(id));
   }
 
   #call<T>(work: (store: LedgerStore) => Promise<T>): Promise<T> {
-    try {
-      return work(this.#ready());
-    } catch (error) {
-      return Promise.reject(error as Error);
-    }
+    if (this.#store !== undefined) return work(this.#store);
+    return this.#firstTry.then(() => work(this.#ready()));
   }
 
   async close(): Promise<void> {
     this.#closed = true;
+    this.#firstTried();
     await this.#store?.close();
     this.#store = undefined;
   }
@@ -249,14 +260,16 @@ export async function startLedger({ config, logger, metrics, clock, place, prune
     },
     () => logger.info({ event: 'ledger_store_opened', store: settings.store, where }, `the ledger's store (${settings.store}) is open`),
   );
+  const counted = (inserting: Promise<number>): Promise<number> =>
+    inserting.catch((error: unknown) => {
+      ledger?.storeFailed();
+      throw error;
+    });
   const shipper = new Shipper({
     spool,
     store: {
-      insert: (records) =>
-        store.insert(records).catch((error: unknown) => {
-          ledger?.storeFailed();
-          throw error;
-        }),
+      insert: (records) => counted(store.insert(records)),
+      insertJson: (json, count) => counted(store.insertJson(json, count)),
     },
     clock,
     events: {
@@ -277,18 +290,48 @@ export async function startLedger({ config, logger, metrics, clock, place, prune
   metrics.observeLedger(() => running.readings());
   // The orphans of a process that died (a crash, a SIGKILL) are claimed and shipped from here on.
   void shipper.start();
-  if (prunes && settings.retention_days > 0) running.keep(clock.every(PRUNE_EVERY_MS, () => void prune(store, clock, settings.retention_days, logger)));
+  if (prunes) {
+    const records = settings.retention_days;
+    // Bodies go sooner than their records (and with them: a record's prune takes its bodies).
+    const bodies = settings.bodies.retention_days > 0 && (records === 0 || settings.bodies.retention_days < records) ? settings.bodies.retention_days : 0;
+    if (records > 0 || bodies > 0) {
+      running.keep(
+        clock.every(PRUNE_EVERY_MS, () => {
+          void (async () => {
+            if (records > 0) await prune(RECORDS, store, clock, records, logger);
+            if (bodies > 0) await prune(BODIES, store, clock, bodies, logger);
+          })();
+        }),
+      );
+    }
+  }
   logger.info({ event: 'ledger_started', store: settings.store, where, spool_dir: settings.spool_dir, fsync: settings.fsync, on_full: settings.on_full }, `usage ledger on: spool ${settings.spool_dir}, store ${settings.store} (${where})`);
   return running;
 }
 
-/** Deletes records older than the retention, a batch at a time with a pause between, so the store is never busy for long. */
-async function prune(store: LedgerStore, clock: Clock, days: number, logger: Logger): Promise<void> {
+/** What a retention deletes: the records (`ledger.retention_days`), or only their bodies (`ledger.bodies.retention_days`). */
+interface Pruned {
+  run(store: LedgerStore, beforeMs: number, limit: number): Promise<number>;
+  logged(deleted: number, days: number): [object, string];
+}
+
+const RECORDS: Pruned = {
+  run: (store, beforeMs, limit) => store.prune(beforeMs, limit),
+  logged: (deleted, days) => [{ event: 'ledger_pruned', records: deleted, retention_days: days }, `${deleted} ledger record(s) older than ${days} days deleted`],
+};
+
+const BODIES: Pruned = {
+  run: (store, beforeMs, limit) => store.pruneBodies(beforeMs, limit),
+  logged: (deleted, days) => [{ event: 'ledger_bodies_pruned', bodies: deleted, retention_days: days }, `the bodies of ${deleted} ledger record(s) older than ${days} days deleted (the records kept)`],
+};
+
+/** Deletes what is older than the retention, a batch at a time with a pause between, so the store is never busy for long. */
+async function prune(what: Pruned, store: LedgerStore, clock: Clock, days: number, logger: Logger): Promise<void> {
   const before = Date.now() - days * DAY_MS;
   let deleted = 0;
   try {
     for (;;) {
-      const n = await store.prune(before, PRUNE_BATCH);
+      const n = await what.run(store, before, PRUNE_BATCH);
       deleted += n;
       if (n < PRUNE_BATCH) break;
       await new Promise<void>((resolve) => clock.after(PRUNE_PAUSE_MS, resolve));
@@ -296,5 +339,5 @@ async function prune(store: LedgerStore, clock: Clock, days: number, logger: Log
   } catch {
     // The store is away: the next run deletes them.
   }
-  if (deleted > 0) logger.info({ event: 'ledger_pruned', records: deleted, retention_days: days }, `${deleted} ledger record(s) older than ${days} days deleted`);
+  if (deleted > 0) logger.info(...what.logged(deleted, days));
 }

@@ -7,9 +7,9 @@ import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Socket } from 'node:net';
 import { openLedgerStore } from '../../src/ledger/open-store.ts';
-import { LEDGER_SCHEMA_VERSION } from '../../src/ledger/migrations.ts';
+import { LEDGER_SCHEMA_VERSION, MIGRATIONS } from '../../src/ledger/migrations.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
-import { USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
+import { insertStatement, USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
 import { postgresCheck, startPostgres, type PostgresServer } from '../support/postgres.ts';
 
 const skip = postgresCheck().skip;
@@ -328,6 +328,55 @@ describe('the PostgreSQL ledger store', { skip }, () => {
     assert.deepEqual(await left(), ['long', 'p6', 'p7', 'p8', 'p9']);
   });
 
+  describe('bodies (ledger.bodies)', () => {
+    const bodies = (n: number, over: Partial<NonNullable<LedgerRecord['bodies']>> = {}): NonNullable<LedgerRecord['bodies']> => ({
+      request_body: `{"model":"m","n":${n},"text":"zoë ✓"}`,
+      response_body: `data: {"n":${n}}\n\n`,
+      request_truncated: n % 2 === 0,
+      response_truncated: n % 3 === 0,
+      encoding: 'utf8',
+      ...over,
+    });
+
+    test('inserted with their records in one transaction, once by id (1500 in several statements); read back with them', async () => {
+      const db = await database();
+      const store = await open(db.url);
+      const records = sample(1500, 4, 'bb').map((r, i) => (i % 4 === 3 ? r : { ...r, bodies: bodies(i) }));
+      records.push(record({ id: 'binary', bodies: bodies(0, { request_body: Buffer.from([0xff, 0, 1]).toString('base64'), encoding: 'base64' }) }));
+      assert.equal(await store.insert(records), 1501);
+      assert.equal(await store.insert(records.slice(0, 10)), 0);
+      assert.equal(await store.insert([{ ...records[0]!, bodies: bodies(99) }]), 0);
+      for (const r of [...records.slice(0, 8), records.at(-1)!]) assert.deepEqual(await store.request(r.id), r, r.id);
+      assert.equal(await pg.psql('SELECT COUNT(*), COUNT(DISTINCT id) FROM ledger_bodies', db.name), '1126|1126');
+      assert.equal(await pg.psql(`SELECT request_truncated, response_truncated, encoding, ended_at FROM ledger_bodies WHERE id = '${records[0]!.id}'`, db.name), `t|t|utf8|${records[0]!.ended_at}`);
+      await pg.psql(
+        `CREATE FUNCTION refuse_body() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN IF NEW.id = 'poison' THEN RAISE EXCEPTION 'poison body refused'; END IF; RETURN NEW; END $$;
+         CREATE TRIGGER refuse_body BEFORE INSERT ON ledger_bodies FOR EACH ROW EXECUTE FUNCTION refuse_body();`,
+        db.name,
+      );
+      await assert.rejects(store.insert([record({ id: 'first', bodies: bodies(1) }), record({ id: 'poison', bodies: bodies(2) })]), /poison body refused/);
+      assert.equal(await pg.psql("SELECT COUNT(*) FROM ledger_requests WHERE id IN ('first', 'poison')", db.name), '0', 'the records of a batch whose body was refused are not there either');
+    });
+
+    test('pruneBodies deletes at most `limit` bodies, the oldest first, the records kept; pruning records takes their bodies', async () => {
+      const db = await database();
+      const store = await open(db.url);
+      const records = Array.from({ length: 10 }, (_, i) => record({ id: `b${i}`, started_at: T0 + i * 1000, ended_at: T0 + i * 1000 + 500, bodies: bodies(i) }));
+      await store.insert(records);
+      const before = T0 + 6000;
+      const withBodies = async () => (await pg.psql('SELECT id FROM ledger_bodies ORDER BY id', db.name)).split('\n').filter(Boolean);
+      assert.equal(await store.pruneBodies(before, 4), 4);
+      assert.deepEqual(await withBodies(), ['b4', 'b5', 'b6', 'b7', 'b8', 'b9']);
+      assert.equal(await store.pruneBodies(before, 4), 2);
+      assert.equal(await store.pruneBodies(before, 4), 0);
+      assert.equal(await pg.psql('SELECT COUNT(*) FROM ledger_requests', db.name), '10', 'every record kept');
+      assert.equal((await store.request('b0'))!.bodies, undefined);
+      assert.deepEqual((await store.request('b7'))!.bodies, bodies(7));
+      assert.equal(await store.prune(T0 + 8000, 100), 8);
+      assert.deepEqual(await withBodies(), ['b8', 'b9']);
+    });
+  });
+
   test('claim is true once, then false, also for a second store (another gateway) on the same database, and under a race', async () => {
     const { url } = await database();
     const [one, two] = await Promise.all([open(url), open(url)]);
@@ -344,12 +393,40 @@ describe('the PostgreSQL ledger store', { skip }, () => {
       const db = await database();
       const [first] = await Promise.all([open(db.url), open(db.url), open(db.url)]);
       await first!.insert([record({ id: 'kept' })]);
-      assert.equal(await pg.psql('SELECT version FROM ledger_schema', db.name), String(LEDGER_SCHEMA_VERSION));
+      const steps = MIGRATIONS.map((step) => String(step.version)).join('\n');
+      assert.equal(steps.split('\n').at(-1), String(LEDGER_SCHEMA_VERSION));
+      assert.equal(await pg.psql('SELECT version FROM ledger_schema ORDER BY version', db.name), steps);
       const indexes = await pg.psql("SELECT indexname FROM pg_indexes WHERE tablename LIKE 'ledger%' ORDER BY indexname", db.name);
-      assert.deepEqual(indexes.split('\n'), ['ledger_claims_pkey', 'ledger_requests_key_started', 'ledger_requests_pkey', 'ledger_requests_started', 'ledger_requests_team_started', 'ledger_schema_pkey']);
+      assert.deepEqual(indexes.split('\n'), ['ledger_bodies_ended', 'ledger_bodies_pkey', 'ledger_claims_pkey', 'ledger_requests_key_started', 'ledger_requests_pkey', 'ledger_requests_started', 'ledger_requests_team_started', 'ledger_schema_pkey']);
       const again = await open(db.url);
-      assert.equal(await pg.psql('SELECT version FROM ledger_schema', db.name), String(LEDGER_SCHEMA_VERSION));
+      assert.equal(await pg.psql('SELECT version FROM ledger_schema ORDER BY version', db.name), steps);
       assert.equal((await again.request('kept'))?.id, 'kept');
+    });
+
+    test('1 to 2 on a database a Sluice of version 1 made: its records kept, ledger_bodies added, bodies inserted and read back', async () => {
+      const db = await database();
+      const insert = insertStatement([record({ id: 'from-v1' })], 'postgres');
+      // The row of version 1, its values inline (psql takes no parameters).
+      const literal = (v: string | number | boolean | null) => (v === null ? 'NULL' : typeof v === 'string' ? `'${v.replaceAll("'", "''")}'` : String(v));
+      const values = insert.sql.replace(/\$(\d+)/g, (_, n: string) => literal(insert.values[Number(n) - 1]!));
+      await pg.psql(
+        [
+          'CREATE TABLE ledger_schema (version INTEGER PRIMARY KEY, applied_at BIGINT NOT NULL)',
+          ...MIGRATIONS.find((step) => step.version === 1)!.sql('postgres'),
+          'INSERT INTO ledger_schema (version, applied_at) VALUES (1, 0)',
+          values,
+        ].join(';\n'),
+        db.name,
+      );
+      assert.equal(await pg.psql("SELECT COUNT(*) FROM information_schema.tables WHERE table_name = 'ledger_bodies'", db.name), '0');
+      const store = await open(db.url);
+      assert.equal(await pg.psql('SELECT version FROM ledger_schema ORDER BY version', db.name), '1\n2');
+      assert.deepEqual(await store.request('from-v1'), record({ id: 'from-v1' }), 'a record of version 1 reads back as it was, without bodies');
+      const types = await pg.psql("SELECT column_name || ':' || data_type FROM information_schema.columns WHERE table_name = 'ledger_bodies' ORDER BY ordinal_position", db.name);
+      assert.deepEqual(types.split('\n'), ['id:text', 'request_body:text', 'response_body:text', 'request_truncated:boolean', 'response_truncated:boolean', 'encoding:text', 'ended_at:bigint']);
+      const withBodies = record({ id: 'with-bodies', bodies: { request_body: '{"a":"zoë ✓"}', response_body: 'data: x\n\n', request_truncated: false, response_truncated: true, encoding: 'utf8' } });
+      assert.equal(await store.insert([withBodies]), 1);
+      assert.deepEqual(await store.request('with-bodies'), withBodies);
     });
 
     test('a database a newer Sluice migrated is refused, with a message that says so', async () => {

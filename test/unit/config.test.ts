@@ -74,6 +74,7 @@ describe('defaults', () => {
       workers_recycle: { max_rss_mb: 0, max_requests: 0 },
       reload: { watch: true },
       snapshot: {},
+      teams: [],
       tracing: { enabled: false, headers: {}, sample_ratio: 1, flush_timeout_ms: 2000 },
     });
   });
@@ -128,9 +129,9 @@ describe('unknown keys', () => {
   test('an unknown key with no close sibling: the section it belongs in (a level or two further in), else the keys allowed there', () => {
     const problems = problemsOf(`${PROXY}min_drain_secs: 3\nenabled: true\nlimits:\n  rpm: 5\ntelemetry: {}\nshutdown:\n  tracing: 1\n`);
     assert.equal(problemAt(problems, 'min_drain_secs').message, 'unknown key "min_drain_secs" (did you mean "shutdown.min_drain_secs"?)');
-    assert.equal(problemAt(problems, 'enabled').message, 'unknown key "enabled" (did you mean "hot_restart.enabled" or "tracing.enabled"?)');
+    assert.equal(problemAt(problems, 'enabled').message, 'unknown key "enabled" (did you mean "hot_restart.enabled" or "tracing.enabled" or "ledger.enabled" or "ledger.bodies.enabled"?)');
     assert.equal(problemAt(problems, 'limits.rpm').message, 'unknown key "rpm" (did you mean "limits.global.rpm"?)');
-    assert.match(problemAt(problems, 'telemetry').message, /^unknown key "telemetry" \(known keys: workers, listeners, providers, .*, tracing\)$/);
+    assert.match(problemAt(problems, 'telemetry').message, /^unknown key "telemetry" \(known keys: workers, listeners, providers, .*, tracing, ledger, budget_alerts\)$/);
     assert.match(problemAt(problems, 'shutdown.tracing').message, /^unknown key "tracing" \(known keys: min_drain_secs, /);
   });
 

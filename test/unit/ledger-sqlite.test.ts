@@ -11,10 +11,10 @@ import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { DatabaseSync } from 'node:sqlite';
 import { openLedgerStore } from '../../src/ledger/open-store.ts';
-import { LEDGER_SCHEMA_VERSION } from '../../src/ledger/migrations.ts';
+import { LEDGER_SCHEMA_VERSION, MIGRATIONS } from '../../src/ledger/migrations.ts';
 import { parseRequestsQuery, parseUsageQuery } from '../../src/ledger/query-params.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
-import { USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
+import { insertStatement, USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-'));
 after(() => rmSync(dir, { recursive: true, force: true }));
@@ -353,6 +353,75 @@ test('prune deletes at most `limit`, the oldest first, of the records that ended
   assert.deepEqual(await left(), ['long', 'p6', 'p7', 'p8', 'p9']);
 });
 
+describe('bodies (ledger.bodies)', () => {
+  const bodies = (n: number, over: Partial<NonNullable<LedgerRecord['bodies']>> = {}): NonNullable<LedgerRecord['bodies']> => ({
+    request_body: `{"model":"m","n":${n},"text":"zoë ✓"}`,
+    response_body: `data: {"n":${n}}\n\n`,
+    request_truncated: n % 2 === 0,
+    response_truncated: n % 3 === 0,
+    encoding: 'utf8',
+    ...over,
+  });
+
+  test('inserted with their records, once by id; read back with them; a record without bodies has none', async () => {
+    const path = freshPath();
+    const store = await open(path);
+    const records = sample(40).map((r, i) => (i % 4 === 3 ? r : { ...r, bodies: bodies(i) }));
+    records.push(record({ id: 'binary', bodies: bodies(0, { request_body: Buffer.from([0xff, 0, 1]).toString('base64'), encoding: 'base64' }) }));
+    assert.equal(await store.insert(records), 41);
+    // The same batch again, and the same id with other bodies: nothing changes.
+    assert.equal(await store.insert(records), 0);
+    assert.equal(await store.insert([{ ...records[0]!, bodies: bodies(99) }]), 0);
+    for (const r of records) assert.deepEqual(await store.request(r.id), r, r.id);
+    assert.equal((await store.request(records[3]!.id))!.bodies, undefined);
+    const [count] = sql<{ n: number; ids: number }>(path, 'SELECT COUNT(*) AS n, COUNT(DISTINCT id) AS ids FROM ledger_bodies');
+    assert.deepEqual(count, { n: 31, ids: 31 });
+    const [row] = sql(path, `SELECT request_truncated, response_truncated, encoding, ended_at FROM ledger_bodies WHERE id = '${records[0]!.id}'`);
+    assert.deepEqual(row, { request_truncated: 1, response_truncated: 1, encoding: 'utf8', ended_at: records[0]!.ended_at });
+    // A summary of /requests has no bodies.
+    const page = await store.requests({ from: 0, to: T0 + 10 * 86_400_000, limit: 500 });
+    assert.ok(page.items.every((item) => !('bodies' in item)));
+  });
+
+  test('a body refused (by a trigger) fails its whole batch: the records are not there either', async () => {
+    const path = freshPath();
+    const store = await open(path);
+    const db = new DatabaseSync(path);
+    db.exec("CREATE TRIGGER refuse BEFORE INSERT ON ledger_bodies WHEN NEW.id = 'poison' BEGIN SELECT RAISE(ABORT, 'poison body refused'); END");
+    db.close();
+    const batch = [...sample(20).map((r, i) => ({ ...r, bodies: bodies(i) })), record({ id: 'poison', bodies: bodies(1) })];
+    await assert.rejects(store.insert(batch), /poison body refused/);
+    assert.equal(sql<{ n: number }>(path, 'SELECT COUNT(*) AS n FROM ledger_requests')[0]!.n, 0);
+    assert.equal(sql<{ n: number }>(path, 'SELECT COUNT(*) AS n FROM ledger_bodies')[0]!.n, 0);
+  });
+
+  test('pruneBodies deletes at most `limit` bodies, the oldest first, of records that ended before the time; the records stay', async () => {
+    const path = freshPath();
+    const store = await open(path);
+    const records = Array.from({ length: 10 }, (_, i) => record({ id: `b${i}`, started_at: T0 + i * 1000, ended_at: T0 + i * 1000 + 500, bodies: bodies(i) }));
+    records.push(record({ id: 'plain', started_at: T0 - 9000, ended_at: T0 - 8000 }));
+    await store.insert(records);
+    const before = T0 + 6000; // b0..b5 ended before it
+    const withBodies = () => sql<{ id: string }>(path, 'SELECT id FROM ledger_bodies ORDER BY id').map((r) => r.id);
+    assert.equal(await store.pruneBodies(before, 4), 4);
+    assert.deepEqual(withBodies(), ['b4', 'b5', 'b6', 'b7', 'b8', 'b9']);
+    assert.equal(await store.pruneBodies(before, 4), 2);
+    assert.equal(await store.pruneBodies(before, 4), 0);
+    assert.deepEqual(withBodies(), ['b6', 'b7', 'b8', 'b9']);
+    assert.equal(sql<{ n: number }>(path, 'SELECT COUNT(*) AS n FROM ledger_requests')[0]!.n, 11, 'every record kept');
+    assert.equal((await store.request('b0'))!.bodies, undefined);
+    assert.deepEqual((await store.request('b6'))!.bodies, bodies(6));
+  });
+
+  test("pruning records takes their bodies with them", async () => {
+    const path = freshPath();
+    const store = await open(path);
+    await store.insert(Array.from({ length: 6 }, (_, i) => record({ id: `c${i}`, started_at: T0 + i * 1000, ended_at: T0 + i * 1000 + 500, bodies: bodies(i) })));
+    assert.equal(await store.prune(T0 + 3000, 100), 3);
+    assert.deepEqual(sql<{ id: string }>(path, 'SELECT id FROM ledger_bodies ORDER BY id').map((r) => r.id), ['c3', 'c4', 'c5']);
+  });
+});
+
 test('claim is true once, then false, also for a second store on the same file', async () => {
   const path = freshPath();
   const one = await open(path);
@@ -373,11 +442,13 @@ describe('migrations', () => {
     await first.insert([record({ id: 'kept' })]);
     await first.close();
     const schema = () => sql<{ version: number }>(path, 'SELECT version FROM ledger_schema ORDER BY version');
-    assert.deepEqual(schema(), [{ version: LEDGER_SCHEMA_VERSION }]);
+    const steps = MIGRATIONS.map((step) => ({ version: step.version }));
+    assert.deepEqual(schema(), steps);
+    assert.equal(steps.at(-1)!.version, LEDGER_SCHEMA_VERSION);
     const tables = sql<{ name: string }>(path, "SELECT name FROM sqlite_master WHERE type IN ('table', 'index') AND name LIKE 'ledger%' ORDER BY name").map((t) => t.name);
-    assert.deepEqual(tables, ['ledger_claims', 'ledger_requests', 'ledger_requests_key_started', 'ledger_requests_started', 'ledger_requests_team_started', 'ledger_schema']);
+    assert.deepEqual(tables, ['ledger_bodies', 'ledger_bodies_ended', 'ledger_claims', 'ledger_requests', 'ledger_requests_key_started', 'ledger_requests_started', 'ledger_requests_team_started', 'ledger_schema']);
     const again = await open(path);
-    assert.deepEqual(schema(), [{ version: LEDGER_SCHEMA_VERSION }]);
+    assert.deepEqual(schema(), steps);
     assert.equal((await again.request('kept'))?.id, 'kept');
     assert.equal(sql<{ journal_mode: string }>(path, 'PRAGMA journal_mode')[0]!.journal_mode, 'wal');
   });
@@ -385,7 +456,26 @@ describe('migrations', () => {
   test('two stores opening one new file at once: both open, the schema made once', async () => {
     const path = freshPath();
     await Promise.all([open(path), open(path), open(path)]);
-    assert.deepEqual(sql(path, 'SELECT version FROM ledger_schema'), [{ version: LEDGER_SCHEMA_VERSION }]);
+    assert.deepEqual(sql(path, 'SELECT version FROM ledger_schema ORDER BY version'), MIGRATIONS.map((step) => ({ version: step.version })));
+  });
+
+  test('1 to 2 on a file a Sluice of version 1 made: its records kept, ledger_bodies added, bodies inserted and read back', async () => {
+    const path = freshPath();
+    // The file as the first version left it: step 1 only, with a record.
+    const db = new DatabaseSync(path);
+    db.exec('CREATE TABLE ledger_schema (version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL)');
+    for (const statement of MIGRATIONS.find((step) => step.version === 1)!.sql('sqlite')) db.exec(statement);
+    db.exec('INSERT INTO ledger_schema (version, applied_at) VALUES (1, 0)');
+    const old = record({ id: 'from-v1' });
+    const insert = insertStatement([old], 'sqlite');
+    db.prepare(insert.sql).run(...(insert.values as (string | number | null)[]));
+    db.close();
+    const store = await open(path);
+    assert.deepEqual(sql(path, 'SELECT version FROM ledger_schema ORDER BY version'), [{ version: 1 }, { version: 2 }]);
+    assert.deepEqual(await store.request('from-v1'), old, 'a record of version 1 reads back as it was, without bodies');
+    const withBodies = record({ id: 'with-bodies', bodies: { request_body: '{"a":1}', response_body: 'data: x\n\n', request_truncated: false, response_truncated: true, encoding: 'utf8' } });
+    assert.equal(await store.insert([withBodies]), 1);
+    assert.deepEqual(await store.request('with-bodies'), withBodies);
   });
 
   test('a file a newer Sluice migrated is refused, with a message that says so', async () => {
