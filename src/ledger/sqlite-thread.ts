@@ -10,7 +10,9 @@ import {
   bodiesInsertStatement,
   bodiesStatement,
   claimStatement,
-  insertStatement,
+  col,
+  COLUMNS,
+  recordRow,
   pruneBodiesStatement,
   pruneStatement,
   requestsPage,
@@ -56,7 +58,8 @@ export interface ThreadData {
 /** How long a statement waits for another process's write lock before SQLITE_BUSY. */
 const BUSY_TIMEOUT_MS = 5000;
 /** Rows per INSERT statement (30 columns each, 7 of bodies: well under SQLite's 32766 variables). */
-const INSERT_CHUNK = 500;
+/** The INSERT of one record (its id once: one already there is skipped). */
+const ONE_ROW_INSERT = `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) VALUES (${COLUMNS.map(() => '?').join(', ')}) ON CONFLICT (id) DO NOTHING`;
 /** Prepared statements kept (the SQL of an insert depends on its row count; most batches are full). */
 const STATEMENT_CACHE = 16;
 
@@ -112,12 +115,16 @@ class LedgerDatabase {
   readonly ops: { [K in keyof ThreadOps]: (...args: ThreadOps[K]['args']) => ThreadOps[K]['result'] } = {
     insert: (records) =>
       this.#write(() => {
+        // One prepared statement of one row, run for each record in the transaction: cheaper in
+        // SQLite than a statement of many rows (measured: about a quarter less CPU a record).
+        const insert = this.#prepare(ONE_ROW_INSERT);
         let added = 0;
-        for (let i = 0; i < records.length; i += INSERT_CHUNK) {
-          const chunk = records.slice(i, i + INSERT_CHUNK);
-          added += this.#run(insertStatement(chunk, 'sqlite'));
-          const bodies = bodiesInsertStatement(chunk, 'sqlite');
-          if (bodies !== undefined) this.#run(bodies);
+        for (const record of records) {
+          added += Number(insert.run(...(recordRow(record, 'sqlite') as SQLInputValue[])).changes);
+          if (record.bodies !== undefined) {
+            const bodies = bodiesInsertStatement([record], 'sqlite');
+            if (bodies !== undefined) this.#run(bodies);
+          }
         }
         return added;
       }),

@@ -182,8 +182,11 @@ export function col(name: string): string {
  * could send either in its `user`; PostgreSQL refuses both, and would refuse the whole batch).
  */
 function cleanText(text: string): string {
-  return text.toWellFormed().replaceAll('\u0000', '\uFFFD');
+  return text.isWellFormed() && !text.includes('\u0000') ? text : text.toWellFormed().replaceAll('\u0000', '\uFFFD');
 }
+
+/** JSON.stringify writes a NUL or a lone surrogate as these escapes: a value's JSON without them needs no cleaning. */
+const UNCLEAN_JSON = /\\u(0000|d[89a-f])/i;
 
 /** A value's strings cleaned, deep (metadata, tags, attempts). */
 function cleanJson(value: unknown): unknown {
@@ -207,7 +210,8 @@ export function recordRow(record: LedgerRecord, dialect: Dialect): (string | num
     const value: unknown = record[name];
     if (JSON_COLUMNS.has(name)) {
       if (value === null || value === undefined) return name === 'metadata' ? null : '[]';
-      return JSON.stringify(cleanJson(value));
+      const json = JSON.stringify(value);
+      return UNCLEAN_JSON.test(json) ? JSON.stringify(cleanJson(value)) : json;
     }
     if (name === 'usage_estimated') return dialect === 'sqlite' ? (value ? 1 : 0) : value === true;
     if (NULLABLE_NUMBERS.has(name) && (value === null || value === undefined)) return null;
