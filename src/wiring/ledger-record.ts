@@ -107,6 +107,8 @@ function metadataOf(metadata: Readonly<Record<string, string>>): Record<string, 
 /** `x-sluice-tags: a, b,c`: the tags, trimmed, empty ones left out, bounded. */
 export function tagsOf(header: string | string[] | undefined): string[] {
   if (header === undefined) return [];
+  // The usual header: one tag, nothing to trim or cut.
+  if (typeof header === 'string' && header.length <= TAG_MAX && header !== '' && !header.includes(',') && header.trim() === header) return [clean(header)];
   const text = Array.isArray(header) ? header.join(',') : header;
   const tags: string[] = [];
   for (const part of text.split(',')) {

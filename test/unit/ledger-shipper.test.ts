@@ -234,7 +234,8 @@ describe('exactly once', () => {
       const store = new FakeStore();
       store.crashAt = { call: 3, when };
       const spool = new Spool({ dir });
-      const shipper = new Shipper({ spool, store });
+      // Progress noted after every batch (by default at most once a second: see the next test).
+      const shipper = new Shipper({ spool, store, noteEveryMs: 0 });
       for (const i of range(0, 2000)) spool.append(record(i, 100));
       await waitFor('the third batch sent', () => store.calls === 3);
       await sleep(20);
