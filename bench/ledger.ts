@@ -461,7 +461,7 @@ function machineInfo(generator: string, loadBefore: string, pg: Postgres | undef
       : `- PostgreSQL: ${String(POSTGRES_MISSING)}; its rows skipped`,
     HAPROXY_FOUND ? `- HAProxy (${haproxy}): \`nbthread 1\`, keep-alive both sides, pinned like the gateways` : '- HAProxy: not on PATH, rows skipped (Debian package haproxy)',
     `- Lag: each gateway's admin /metrics read every ${SAMPLE_MS} ms during the timed runs (off's too); the catch-up from wrk's end until \`sluice_ledger_lag_records\` is 0 (read every ${CATCH_UP_POLL_MS} ms). ` +
-      '`sluice_ledger_lag_seconds` is the age of the oldest unshipped record\'s mark, and a mark spans up to 1 s of appends: under steady load it reads up to about 1 s whatever the real delay',
+      '`sluice_ledger_lag_seconds` is the age of the oldest unshipped record\'s mark, and a mark spans up to 100 ms of appends: it reads up to 0.1 s more than the real delay',
     `- Checks (the stores read directly): ${checks.join('; ')}`,
     `- Load average (1 min): ${range(loads)} during the run; ${loadBefore} before`,
   ].join('\n');

@@ -56,8 +56,8 @@ export interface DrainResult {
   left: number;
 }
 
-/** A segment's records appended within this of a mark's share it (the marks of a segment stay few). */
-const MARK_MS = 1000;
+/** A segment's records appended within this of a mark's share it: the lag's age is right to this (and a segment's marks stay few: ten a second at most). */
+const MARK_MS = 100;
 
 interface Mark {
   /** The byte offset where the records of this mark end. */
