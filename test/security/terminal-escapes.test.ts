@@ -59,7 +59,7 @@ describe('sluice get never prints a control character raw', () => {
 
     const keys = await get('keys');
     assertHarmless(keys, 'get keys');
-    assert.match(keys.stdout, /^team\s+clear\?\[2J\?\[H,c1\?31mred\s/m);
+    assert.match(keys.stdout, /^team\s+-\s+clear\?\[2J\?\[H,c1\?31mred\s/m);
 
     const one = await get('models', HOSTILE.rewrite);
     assertHarmless(one, 'get models NAME');

@@ -17,7 +17,7 @@ describe('the exit steps (L9)', () => {
   test('the order: everything that flushes side by side, then the workers, then the logs, last', () => {
     const sequence = new ExitSequence();
     for (const step of EXIT_STEPS) sequence.set(step.name, () => {});
-    assert.deepEqual(sequence.stages(), [['upstream_pools', 'snapshot_write', 'usage_commit', 'tracing_flush', 'status_page'], ['workers'], ['logs']]);
+    assert.deepEqual(sequence.stages(), [['upstream_pools', 'snapshot_write', 'usage_commit', 'ledger_flush', 'tracing_flush', 'status_page'], ['workers'], ['logs']]);
   });
 
   test('a stage starts once every step of the one before has settled, a failed one too; each step is told whether the end is forced', async () => {
@@ -34,11 +34,12 @@ describe('the exit steps (L9)', () => {
     }
     const run = sequence.run(true);
     await tick();
-    assert.deepEqual(events, ['upstream_pools started (forced)', 'snapshot_write started (forced)', 'usage_commit started (forced)', 'tracing_flush started (forced)', 'status_page started (forced)']);
+    assert.deepEqual(events, ['upstream_pools started (forced)', 'snapshot_write started (forced)', 'usage_commit started (forced)', 'ledger_flush started (forced)', 'tracing_flush started (forced)', 'status_page started (forced)']);
     pending.get('status_page')!.resolve();
     pending.get('upstream_pools')!.resolve();
     pending.get('snapshot_write')!.reject(new Error('disk full'));
     pending.get('usage_commit')!.resolve();
+    pending.get('ledger_flush')!.resolve();
     await tick();
     assert.ok(!events.includes('workers started (forced)'), 'the tracing flush has not settled yet');
     pending.get('tracing_flush')!.resolve();
