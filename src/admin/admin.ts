@@ -3,7 +3,7 @@
 // origin, media type: request-guard.ts); then every route but the probes and /metrics needs the
 // admin token when one is configured.
 import { createHash, timingSafeEqual } from 'node:crypto';
-import type { RouteTable } from '../server/requests.ts';
+import { queryOf, type RouteTable } from '../server/requests.ts';
 import type { Listener } from '../server/listener.ts';
 import type { RequestContext } from '../server/context.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
@@ -17,7 +17,7 @@ import type { Config } from '../config/schema.ts';
 import type { StatusFeed } from './status-feed.ts';
 import { STATUS_PAGE, STATUS_PAGE_HEADERS } from './status-page.ts';
 import { ADMIN_RESPONSE_HEADERS, AdminRequestGuard } from './request-guard.ts';
-import { queryOf, REQUESTS_PREFIX, serveUsage, type UsageSource } from './usage-api.ts';
+import { REQUESTS_PREFIX, serveUsage, type UsageSource } from './usage-api.ts';
 
 export interface AdminEnvironment {
   readonly metrics: Metrics;

@@ -3,6 +3,7 @@
 // `GET /requests/{id}` (one request with its attempts) and `GET /budgets` (each budget, what is spent
 // and what is left this period). Reads only: a `read` admin token may use them all.
 import type { RequestContext } from '../server/context.ts';
+import { queryOf } from '../server/requests.ts';
 import { sendError, sendJson } from '../server/respond.ts';
 import type { DrainDecision } from '../lifecycle/contracts.ts';
 import { errors, GatewayError } from '../api/errors.ts';
@@ -28,11 +29,6 @@ export interface UsageSource {
 
 export const REQUESTS_PREFIX = '/requests/';
 
-/** A URL's query: everything after its first `?` (a `?` may appear in a query, RFC 3986 3.4). */
-export function queryOf(url: string | undefined): string {
-  const at = url === undefined ? -1 : url.indexOf('?');
-  return at === -1 ? '' : url!.slice(at + 1);
-}
 
 const NOT_ENABLED = () => new GatewayError(404, 'not_found_error', 'ledger_not_enabled', 'the usage ledger is not enabled: add a `ledger` section to the config (docs/usage-ledger.md)');
 const NO_SUCH_REQUEST = (id: string) => new GatewayError(404, 'not_found_error', 'unknown_request', `no request ${JSON.stringify(id.slice(0, 64))} in the ledger (it may not be shipped yet, or retention removed it)`);

@@ -1,6 +1,14 @@
 // One request's record in the usage ledger: what it was, who sent it, where it went and what it
 // cost. Plain data, the same in the spool, in either store and in the admin API's answers.
 
+/**
+ * Text any store holds: a NUL or a lone surrogate (a client may send either) made U+FFFD.
+ * PostgreSQL refuses both, and with them the whole batch. The usual text is returned as it is.
+ */
+export function storableText(text: string): string {
+  return text.isWellFormed() && !text.includes('\u0000') ? text : text.toWellFormed().replaceAll('\u0000', '\uFFFD');
+}
+
 /** One upstream attempt of a request (a retry or a fallback is one more). */
 export interface LedgerAttempt {
   /** `provider/model`. */

@@ -4,7 +4,7 @@
 // transaction as the record, and are pruned sooner. The
 // SQL the two stores run is built here, once, with the few places where the dialects differ
 // (placeholders, booleans, JSON) named by a `Dialect`.
-import type { LedgerBodies, LedgerRecord } from './record.ts';
+import { storableText, type LedgerBodies, type LedgerRecord } from './record.ts';
 
 export interface LedgerStore {
   readonly kind: 'sqlite' | 'postgres';
@@ -177,13 +177,7 @@ export function col(name: string): string {
   return name === 'user' ? '"user"' : name;
 }
 
-/**
- * A text PostgreSQL accepts and SQLite keeps whole: lone surrogates and NUL made U+FFFD (a client
- * could send either in its `user`; PostgreSQL refuses both, and would refuse the whole batch).
- */
-function cleanText(text: string): string {
-  return text.isWellFormed() && !text.includes('\u0000') ? text : text.toWellFormed().replaceAll('\u0000', '\uFFFD');
-}
+const cleanText = storableText;
 
 /** JSON.stringify writes a NUL or a lone surrogate as these escapes: a value's JSON without them needs no cleaning. */
 const UNCLEAN_JSON = /\\u(0000|d[89a-f])/i;

@@ -208,6 +208,12 @@ export function createRequestHandler(services: RequestServices) {
   };
 }
 
+/** A URL's query: everything after its first `?` (a `?` may appear in a query, RFC 3986 3.4). */
+export function queryOf(url: string | undefined): string {
+  const at = url === undefined ? -1 : url.indexOf('?');
+  return at === -1 ? '' : url!.slice(at + 1);
+}
+
 export function pathOf(url: string | undefined): string {
   if (url === undefined) return '/';
   const q = url.indexOf('?');

@@ -1,7 +1,7 @@
 // A finished exchange as the usage ledger records it: read from its context once it is over, off
 // the request's path (the spool's append is the only work, and it waits for nothing). Its bodies,
 // when `ledger.bodies` kept them, are redacted and cut here, before the record goes anywhere.
-import type { LedgerAttempt, LedgerBodies, LedgerRecord } from '../ledger/record.ts';
+import { storableText, type LedgerAttempt, type LedgerBodies, type LedgerRecord } from '../ledger/record.ts';
 import { ledgerBodies, Redaction } from '../ledger/redact.ts';
 import { RequestContext, type ExchangeContext, type KeptBodies } from '../server/context.ts';
 import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
@@ -85,13 +85,8 @@ function attemptsOf(ctx: ExchangeContext, status: number, firstByteMs: number | 
 /** A client's model name is kept to this many characters (as its usage's labels are). */
 const MODEL_MAX = 256;
 
-/**
- * Text any store holds as JSON: a NUL or a lone surrogate (a client may send either) made U+FFFD,
- * which PostgreSQL's jsonb would refuse, and with it the whole batch. The usual text is returned as is.
- */
-function clean(value: string): string {
-  return value.isWellFormed() && !value.includes('\u0000') ? value : value.toWellFormed().replaceAll('\u0000', '\uFFFD');
-}
+/** Text any store holds as JSON (PostgreSQL's jsonb refuses a NUL or a lone surrogate, and the batch with it). */
+const clean = storableText;
 
 /** A client's model name, cut and cleaned. */
 function capped(value: string): string {

@@ -70,11 +70,6 @@ export class ProcessLedger implements ExchangeLedger {
     return true;
   }
 
-  /** Appends a record made elsewhere (tests). */
-  append(record: LedgerRecord): boolean {
-    return this.#spool.append(record);
-  }
-
   storeFailed(): void {
     this.#storeErrors++;
   }
@@ -127,7 +122,6 @@ class PendingStore implements LedgerStore {
   readonly kind: 'sqlite' | 'postgres';
   #store: LedgerStore | undefined;
   #closed = false;
-  readonly #opening: Promise<void>;
   /** Settled once the first attempt to open has succeeded or failed (or the ledger closed). */
   readonly #firstTry: Promise<void>;
   #firstTried: () => void = () => {};
@@ -155,16 +149,11 @@ class PendingStore implements LedgerStore {
         }
       }
     };
-    this.#opening = attempt();
+    void attempt();
   }
 
   get open(): boolean {
     return this.#store !== undefined;
-  }
-
-  /** Resolves once the store is open (or the ledger closed). */
-  ready(): Promise<void> {
-    return this.#opening;
   }
 
   #ready(): LedgerStore {

@@ -527,7 +527,7 @@ describe('off the event loop', () => {
     // less than 10 ms between two ticks (posting a batch's JSON text to the thread is well under 1 ms).
     const rounds: { gap: number; cpu: number }[] = [];
     const overloaded = () => loadavg()[0]! > availableParallelism();
-    for (let round = 0; round < 3 && !rounds.some((r) => r.gap < 20); round++) {
+    for (let round = 0; round < 3 && !rounds.some((r) => r.gap < 20 && r.cpu < 10); round++) {
       const store = await open();
       const records = sample(20_000, 3, 'loop');
       // As the shipper sends them: each batch as the JSON text of its lines (made before the clock starts).
@@ -549,7 +549,8 @@ describe('off the event loop', () => {
       await store.close();
     }
     const seen = rounds.map((r) => `${r.gap.toFixed(1)} ms (CPU ${r.cpu.toFixed(1)} ms)`).join(', ');
-    assert.ok(rounds.every((r) => r.cpu < 10), `this thread worked between two ticks: ${seen}`);
+    // One round of three is enough: work done on this thread (an insert) would show in every round.
+    assert.ok(rounds.some((r) => r.cpu < 10), `this thread worked between two ticks: ${seen}`);
     assert.ok(rounds.some((r) => r.gap < 20) || overloaded(), `the event loop was held: ${seen}`);
   });
 
