@@ -222,7 +222,7 @@ async function lag(gw: GatewayProcess): Promise<number | undefined> {
 const pg = postgresCheck();
 
 describe('SQLite', () => {
-  test('4. SIGTERM under load at the default ledger settings: after the exit every answered id is in the store, none twice', { timeout: 60_000 }, async () => {
+  test('4. L9 (docs/graceful-shutdown.md, the exit step ledger_flush): SIGTERM under load at the default ledger settings: after the exit every answered id is in the store, none twice', { timeout: 60_000 }, async () => {
     // `ledger: {}`: the SQLite file and the spool beside the config file, fsync batch, 1 GiB, drop.
     const gw = await startGateway({ config: config({}) });
     const file = `${gw.configFile}.ledger.sqlite`;
