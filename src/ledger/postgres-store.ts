@@ -5,6 +5,7 @@
 import { createRequire } from 'node:module';
 import type { Pool, PoolClient, QueryResultRow } from 'pg';
 import type { LedgerRecord } from './record.ts';
+import { checkLines, type LinesInserted } from './line.ts';
 import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
 import {
   POSTGRES_JSON_BODIES_INSERT,
@@ -138,11 +139,17 @@ export class PostgresStore implements LedgerStore {
     });
   }
 
+  /** The spool's lines: checked here, then sent as one JSON array that the server parses. */
+  async insertLines(bytes: Buffer): Promise<LinesInserted> {
+    const { lines, corrupt } = checkLines(bytes);
+    return { added: await this.#insertJson(`[${lines.join(',')}]`, lines.length), corrupt };
+  }
+
   /**
    * The records as a JSON array's text (the spool's lines), parsed by the server. A batch it
    * refuses as data (a text it cannot hold: class 22) goes through `insert`, which cleans each value.
    */
-  async insertJson(json: string, count: number): Promise<number> {
+  async #insertJson(json: string, count: number): Promise<number> {
     if (count === 0) return 0;
     try {
       if (!json.includes('"bodies":')) return await this.#count({ sql: POSTGRES_JSON_INSERT, values: [json] });

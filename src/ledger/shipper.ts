@@ -9,16 +9,18 @@ import { join } from 'node:path';
 import { systemClock, type Clock, type TimerHandle } from '../lifecycle/clock.ts';
 import type { LedgerRecord } from './record.ts';
 import { SIDECAR_SUFFIX, type SegmentChunk, type Spool } from './spool.ts';
+import { decodeLine, type LinesInserted } from './line.ts';
 
 /** Where the records go: the ledger store (its `insert` ignores ids it already holds). */
 export interface LedgerSink {
   /** Inserts the records whose id is not there yet, in one transaction; resolves with how many were new. */
   insert(records: readonly LedgerRecord[]): Promise<number>;
   /**
-   * The same, given the records as a JSON array's text (the spool's lines as written): when
-   * present, the shipper never parses a record on the gateway's thread.
+   * The same, given the spool's lines as written (`bytes`: whole lines, each with its newline):
+   * the store checks and parses them (in its own thread, for SQLite), skipping the corrupt ones.
+   * Resolves with how many records were new and how many lines were corrupt.
    */
-  insertJson?(json: string, count: number): Promise<number>;
+  insertLines?(bytes: Buffer): Promise<LinesInserted>;
 }
 
 export interface ShipperEvents {
@@ -309,37 +311,49 @@ export class Shipper {
       segment.durable = segment.offset;
       return;
     }
-    const first = segment.claimed && segment.marks[0] && chunk.lines.length > 0 ? (JSON.parse(chunk.lines[0]!) as LedgerRecord) : undefined;
-    if (first && segment.marks[0]) segment.marks[0].at = first.ended_at;
-    if (chunk.corrupt > 0) {
-      this.#corrupt += chunk.corrupt;
-      this.#report('corrupt', segment.name, chunk.corrupt);
+    if (segment.claimed && segment.marks[0] && chunk.count > 0) {
+      const first = decodeLine(chunk.bytes, 0, chunk.bytes.indexOf(0x0a));
+      if (first) segment.marks[0].at = first.ended_at;
     }
-    const count = chunk.lines.length;
-    if (count > 0 && !(await this.#insert(chunk))) return;
-    this.#shipped += count;
+    const bad = chunk.count > 0 ? await this.#insert(chunk) : 0;
+    if (bad === undefined) return;
+    const corrupt = bad + chunk.torn;
+    if (corrupt > 0) {
+      this.#corrupt += corrupt;
+      this.#report('corrupt', segment.name, corrupt);
+    }
+    this.#shipped += chunk.count - bad;
     segment.offset = chunk.end;
-    segment.unshipped = Math.max(0, segment.unshipped - count - chunk.corrupt);
+    segment.unshipped = Math.max(0, segment.unshipped - chunk.count - chunk.torn);
     while (segment.marks[0] && segment.marks[0].end <= segment.offset) segment.marks.shift();
     if (finished && chunk.eof) {
       this.#segments.delete(segment.name);
       await this.#spool.remove(segment.name).catch((error: unknown) => this.#report('ioFailed', asError(error)));
-    } else if (count + chunk.corrupt > 0 && this.#clock.now() - segment.notedAt >= this.#noteEveryMs) {
+    } else if (chunk.count + chunk.torn > 0 && this.#clock.now() - segment.notedAt >= this.#noteEveryMs) {
       // No fsync, and at most once a second: a stale note only ships again what followed it.
       segment.notedAt = this.#clock.now();
       await writeFile(join(this.#spool.dir, segment.name + SIDECAR_SUFFIX), `${segment.offset}\n`).catch(() => undefined);
     }
   }
 
-  /** Sends one batch, retrying with back-off until the store takes it; false when closed first. */
-  async #insert(chunk: SegmentChunk): Promise<boolean> {
+  /**
+   * Sends one chunk's lines, retrying with back-off until the store takes them; resolves with how
+   * many were corrupt (skipped), or undefined when closed first.
+   */
+  async #insert(chunk: SegmentChunk): Promise<number | undefined> {
     const store = this.#store;
-    // One flat string (Array.join builds one): a string made of parts is much slower to post to a thread.
-    const json = store.insertJson === undefined ? undefined : ['[', chunk.lines.join(','), ']'].join('');
+    const send =
+      store.insertLines !== undefined
+        ? async () => (await store.insertLines!(chunk.bytes)).corrupt
+        : async () => {
+            if (chunk.records.length > 0) await store.insert(chunk.records);
+            return chunk.corrupt - chunk.torn;
+          };
     for (;;) {
-      if (this.#closed) return false;
+      if (this.#closed) return undefined;
+      let corrupt: number;
       try {
-        await (json === undefined ? store.insert(chunk.records) : store.insertJson!(json, chunk.lines.length));
+        corrupt = await send();
       } catch (error) {
         if (this.#downSince === undefined) {
           this.#downSince = this.#clock.now();
@@ -349,14 +363,14 @@ export class Shipper {
         this.#retryMs = Math.min(this.#retryMaxMs, this.#retryMs * 2);
         continue;
       }
-      if (this.#closed) return false;
+      if (this.#closed) return undefined;
       this.#retryMs = this.#retryFirstMs;
       if (this.#downSince !== undefined) {
         const downMs = this.#clock.now() - this.#downSince;
         this.#downSince = undefined;
         this.#report('storeRecovered', downMs, this.lag);
       }
-      return true;
+      return corrupt;
     }
   }
 

@@ -10,6 +10,7 @@ import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { systemClock, type Clock, type TimerHandle } from '../lifecycle/clock.ts';
 import type { LedgerRecord } from './record.ts';
+import { checkLines, decodeLine, LINE_OVERHEAD, parseRecords } from './line.ts';
 
 /** The shipper's progress in a segment is kept beside it, in `<segment>.shipped`. */
 export const SIDECAR_SUFFIX = '.shipped';
@@ -26,8 +27,6 @@ const SEGMENTS_PER_SPOOL = 4;
 const COUNT_CHUNK_BYTES = 1 << 20;
 /** Appended lines are encoded straight into buffers of this size (a longer line gets one of its own). */
 const APPEND_CHUNK_BYTES = 1 << 16;
-/** The checksum, a space and the newline around the JSON. */
-const LINE_OVERHEAD = 10;
 const HEX_DIGITS = Buffer.from('0123456789abcdef', 'latin1');
 
 export interface SpoolEvents {
@@ -65,18 +64,24 @@ export interface SpoolListener {
 /** Lines read back from a segment. */
 export interface SegmentChunk {
   /**
-   * The JSON of each record whose line was whole and whose checksum matched, as written: a store
-   * that takes JSON (`insertJson`) gets it without a parse on this thread.
+   * The whole lines read, as written (each with its newline), not yet checked: a store with its
+   * own thread (`insertLines`) checks and parses them there.
    */
-  lines: string[];
-  /** The same records, parsed (on first use). */
+  readonly bytes: Buffer;
+  /** How many lines `bytes` holds. */
+  readonly count: number;
+  /** A torn tail taken after them (1, or 0): a finished segment's last bytes had no newline. */
+  readonly torn: number;
+  /** The good lines' JSON, as written (checked on first use). */
+  readonly lines: string[];
+  /** The good lines' records (parsed on first use). */
   readonly records: LedgerRecord[];
-  /** Lines skipped: a bad checksum, not a record, or a torn tail (no newline at the end of a finished segment). */
-  corrupt: number;
+  /** Lines skipped (checked on first use): a bad checksum, not a record, or the torn tail. */
+  readonly corrupt: number;
   /** The byte offset after the last line taken (where the next read starts). */
-  end: number;
+  readonly end: number;
   /** Everything up to the limit (or the file's end) was taken. */
-  eof: boolean;
+  readonly eof: boolean;
 }
 
 export interface ReadLimits {
@@ -101,46 +106,6 @@ interface OpenSegment {
 
 /** Two spools of one process never share a start (the start names the owner). */
 let lastStartMs = 0;
-
-/** `<crc32 of the JSON bytes, 8 hex> <JSON>\n` (what `append` writes, as a string). */
-export function encodeLine(record: LedgerRecord): string {
-  const json = JSON.stringify(record);
-  return `${crc32(json).toString(16).padStart(8, '0')} ${json}\n`;
-}
-
-/** Every record of the spool's JSON starts so (`id` is the record's first field). */
-const RECORD_START = '{"id":"';
-
-/**
- * The JSON of `buffer[start, end)` (a line without its newline), unparsed, or undefined when its
- * checksum is wrong or it is not a record's.
- */
-export function checkedLine(buffer: Buffer, start = 0, end = buffer.length): string | undefined {
-  if (end - start < 11 || buffer[start + 8] !== SPACE) return undefined;
-  const hex = buffer.toString('latin1', start, start + 8);
-  if (!/^[0-9a-f]{8}$/.test(hex)) return undefined;
-  if (crc32(buffer.subarray(start + 9, end)) !== Number.parseInt(hex, 16)) return undefined;
-  const json = buffer.toString('utf8', start + 9, end);
-  return json.startsWith(RECORD_START) ? json : undefined;
-}
-
-/** The records of checked lines, parsed. */
-export function parseRecords(lines: readonly string[]): LedgerRecord[] {
-  return lines.map((json) => JSON.parse(json) as LedgerRecord);
-}
-
-/** The record of `buffer[start, end)` (a line without its newline), or undefined when its checksum or its JSON is wrong. */
-export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): LedgerRecord | undefined {
-  const json = checkedLine(buffer, start, end);
-  if (json === undefined) return undefined;
-  try {
-    const record: unknown = JSON.parse(json);
-    if (typeof record !== 'object' || record === null || typeof (record as { id?: unknown }).id !== 'string') return undefined;
-    return record as LedgerRecord;
-  } catch {
-    return undefined;
-  }
-}
 
 /** Whether process `pid` exists (EPERM: it does, another user's). */
 function isAlive(pid: number): boolean {
@@ -188,31 +153,37 @@ async function writeFully(fh: FileHandle, buffers: Buffer[]): Promise<void> {
   }
 }
 
-/** The whole lines of `buffer`, at most `maxLines` of them (corrupt ones included). */
-function parseLines(buffer: Buffer, maxLines: number): { lines: string[]; corrupt: number; used: number; full: boolean } {
-  const lines: string[] = [];
-  let corrupt = 0;
+/** How many whole lines `buffer` begins with, at most `maxLines`, and the bytes they take. */
+function wholeLines(buffer: Buffer, maxLines: number): { count: number; used: number; full: boolean } {
+  let count = 0;
   let used = 0;
-  while (lines.length + corrupt < maxLines) {
+  while (count < maxLines) {
     const newline = buffer.indexOf(NEWLINE, used);
     if (newline < 0) break;
-    const json = checkedLine(buffer, used, newline);
-    if (json !== undefined) lines.push(json);
-    else corrupt++;
+    count++;
     used = newline + 1;
   }
-  return { lines, corrupt, used, full: lines.length + corrupt >= maxLines };
+  return { count, used, full: count >= maxLines };
 }
 
-/** A chunk of `lines`, its records parsed only when asked for. */
-function chunkOf(lines: string[], corrupt: number, end: number, eof: boolean): SegmentChunk {
+/** A chunk of whole lines; they are checked and parsed only when asked for. */
+function chunkOf(bytes: Buffer, count: number, torn: number, end: number, eof: boolean): SegmentChunk {
+  let checked: { lines: string[]; corrupt: number } | undefined;
   let records: LedgerRecord[] | undefined;
+  const check = () => (checked ??= checkLines(bytes));
   return {
-    lines,
-    get records() {
-      return (records ??= parseRecords(lines));
+    bytes,
+    count,
+    torn,
+    get lines() {
+      return check().lines;
     },
-    corrupt,
+    get corrupt() {
+      return check().corrupt + torn;
+    },
+    get records() {
+      return (records ??= parseRecords(check().lines));
+    },
     end,
     eof,
   };
@@ -451,21 +422,18 @@ export class Spool {
       const end = limits.limit ?? (await fh.stat()).size;
       let want = Math.min(limits.maxBytes, end - from);
       for (;;) {
-        if (want <= 0) return chunkOf([], 0, from, true);
+        if (want <= 0) return chunkOf(Buffer.alloc(0), 0, 0, from, true);
         const buffer = Buffer.allocUnsafe(want);
         const got = await readFully(fh, buffer, from);
         const atEnd = got < want || from + got >= end;
-        const lines = parseLines(buffer.subarray(0, got), limits.maxRecords);
-        if (lines.used === 0 && !atEnd) {
+        const { count, used, full } = wholeLines(buffer.subarray(0, got), limits.maxRecords);
+        if (used === 0 && !atEnd) {
           want = Math.min(end - from, want * 2);
           continue;
         }
-        let { corrupt, used } = lines;
-        if (atEnd && finished && !lines.full && used < got) {
-          corrupt++;
-          used = got;
-        }
-        return chunkOf(lines.lines, corrupt, from + used, atEnd && used === got);
+        const torn = atEnd && finished && !full && used < got ? 1 : 0;
+        const taken = torn === 1 ? got : used;
+        return chunkOf(buffer.subarray(0, used), count, torn, from + taken, atEnd && taken === got);
       }
     } finally {
       await fh.close();

@@ -3,6 +3,7 @@
 // Each call is one message with an id, answered by one message with the same id.
 import { Worker } from 'node:worker_threads';
 import type { LedgerRecord } from './record.ts';
+import type { LinesInserted } from './line.ts';
 import type { ThreadData, ThreadOps, ThreadReply, ThreadRequest } from './sqlite-thread.ts';
 import type { LedgerStore, RequestsPage, RequestsQuery, UsageQuery, UsageRow } from './store.ts';
 
@@ -73,13 +74,18 @@ export class SqliteStore implements LedgerStore {
   }
 
   #call<K extends keyof ThreadOps>(op: K, ...args: ThreadOps[K]['args']): Promise<ThreadOps[K]['result']> {
+    return this.#post(op, [], ...args);
+  }
+
+  /** A call whose arguments hold `transfer` (moved to the thread, unusable here after). */
+  #post<K extends keyof ThreadOps>(op: K, transfer: ArrayBuffer[], ...args: ThreadOps[K]['args']): Promise<ThreadOps[K]['result']> {
     if (this.#gone) return Promise.reject(this.#gone);
     const id = this.#nextId++;
     return new Promise((resolve, reject) => {
       // The thread keeps the process alive only while a call waits for it.
       if (this.#pending.size === 0) this.#worker.ref();
       this.#pending.set(id, { resolve: resolve as (value: unknown) => void, reject });
-      this.#worker.postMessage({ id, op, args } satisfies ThreadRequest);
+      this.#worker.postMessage({ id, op, args } satisfies ThreadRequest, transfer);
     });
   }
 
@@ -88,10 +94,14 @@ export class SqliteStore implements LedgerStore {
     return this.#call('insert', records);
   }
 
-  /** The records as a JSON array's text (the spool's lines): handed to the thread as one string, parsed there. */
-  insertJson(json: string, count: number): Promise<number> {
-    if (count === 0) return Promise.resolve(0);
-    return this.#call('insertJson', json);
+  /**
+   * The spool's lines, checked and parsed in the thread: a copy of their bytes is handed over
+   * (moved, not cloned), so this thread neither decodes nor serializes a record.
+   */
+  insertLines(bytes: Buffer): Promise<LinesInserted> {
+    if (bytes.length === 0) return Promise.resolve({ added: 0, corrupt: 0 });
+    const own = new Uint8Array(bytes);
+    return this.#post('insertLines', [own.buffer], own);
   }
 
   usage(q: UsageQuery): Promise<UsageRow[]> {

@@ -5,13 +5,17 @@
 // SQL the two stores run is built here, once, with the few places where the dialects differ
 // (placeholders, booleans, JSON) named by a `Dialect`.
 import { storableText, type LedgerBodies, type LedgerRecord } from './record.ts';
+import type { LinesInserted } from './line.ts';
 
 export interface LedgerStore {
   readonly kind: 'sqlite' | 'postgres';
   /** Inserts the records whose id is not there yet, in one transaction; resolves with how many were new. */
   insert(records: readonly LedgerRecord[]): Promise<number>;
-  /** The same, the records given as a JSON array's text (the spool's lines), parsed off the gateway's thread. */
-  insertJson?(json: string, count: number): Promise<number>;
+  /**
+   * The same, given as the spool's lines (whole lines as written): checked and parsed by the store
+   * (SQLite's in its own thread), the corrupt ones skipped and counted.
+   */
+  insertLines(bytes: Buffer): Promise<LinesInserted>;
   usage(q: UsageQuery): Promise<UsageRow[]>;
   requests(q: RequestsQuery): Promise<RequestsPage>;
   request(id: string): Promise<LedgerRecord | undefined>;
@@ -198,20 +202,38 @@ function wholeNumber(value: unknown): number {
   return Math.max(-Number.MAX_SAFE_INTEGER, Math.min(Number.MAX_SAFE_INTEGER, n));
 }
 
+type Bound = string | number | boolean | null;
+
+/** A JSON column's text: its strings cleaned when JSON.stringify had to escape a NUL or a lone surrogate. */
+function jsonText(value: unknown): string {
+  const json = JSON.stringify(value);
+  return UNCLEAN_JSON.test(json) ? JSON.stringify(cleanJson(value)) : json;
+}
+
+/** How the dialect binds one column's value. */
+function binder(name: Column, dialect: Dialect): (value: unknown) => Bound {
+  if (JSON_COLUMNS.has(name)) {
+    const none = name === 'metadata' ? null : '[]';
+    return (value) => (value === null || value === undefined ? none : jsonText(value));
+  }
+  if (name === 'usage_estimated') return dialect === 'sqlite' ? (value) => (value ? 1 : 0) : (value) => value === true;
+  if (NULLABLE_NUMBERS.has(name)) return (value) => (value === null || value === undefined ? null : wholeNumber(value));
+  if (NUMBER_COLUMNS.has(name)) return wholeNumber;
+  return (value) => cleanText(typeof value === 'string' ? value : String(value ?? ''));
+}
+
+/** Each column's binder, per dialect (made once: a record's row is made per record in a batch). */
+const BINDERS: Readonly<Record<Dialect, readonly ((value: unknown) => Bound)[]>> = {
+  sqlite: COLUMNS.map((name) => binder(name, 'sqlite')),
+  postgres: COLUMNS.map((name) => binder(name, 'postgres')),
+};
+
 /** A record's values in the order of COLUMNS, as the dialect binds them. */
-export function recordRow(record: LedgerRecord, dialect: Dialect): (string | number | boolean | null)[] {
-  return COLUMNS.map((name) => {
-    const value: unknown = record[name];
-    if (JSON_COLUMNS.has(name)) {
-      if (value === null || value === undefined) return name === 'metadata' ? null : '[]';
-      const json = JSON.stringify(value);
-      return UNCLEAN_JSON.test(json) ? JSON.stringify(cleanJson(value)) : json;
-    }
-    if (name === 'usage_estimated') return dialect === 'sqlite' ? (value ? 1 : 0) : value === true;
-    if (NULLABLE_NUMBERS.has(name) && (value === null || value === undefined)) return null;
-    if (NUMBER_COLUMNS.has(name)) return wholeNumber(value);
-    return cleanText(typeof value === 'string' ? value : String(value ?? ''));
-  });
+export function recordRow(record: LedgerRecord, dialect: Dialect): Bound[] {
+  const binders = BINDERS[dialect];
+  const row = new Array<Bound>(COLUMNS.length);
+  for (let i = 0; i < COLUMNS.length; i++) row[i] = binders[i]!(record[COLUMNS[i]!]);
+  return row;
 }
 
 /**

@@ -6,6 +6,7 @@ import type { Config } from '../config/schema.ts';
 import { redactUrl, redactUrlsIn } from '../config/redact-url.ts';
 import { openLedgerStore } from '../ledger/open-store.ts';
 import type { LedgerRecord } from '../ledger/record.ts';
+import type { LinesInserted } from '../ledger/line.ts';
 import { Shipper } from '../ledger/shipper.ts';
 import { Spool } from '../ledger/spool.ts';
 import type { LedgerStore, RequestsPage, RequestsQuery, UsageQuery, UsageRow } from '../ledger/store.ts';
@@ -164,8 +165,8 @@ class PendingStore implements LedgerStore {
   insert(records: readonly LedgerRecord[]): Promise<number> {
     return this.#call((s) => s.insert(records));
   }
-  insertJson(json: string, count: number): Promise<number> {
-    return this.#call((s) => (s.insertJson ? s.insertJson(json, count) : s.insert(JSON.parse(json) as LedgerRecord[])));
+  insertLines(bytes: Buffer): Promise<LinesInserted> {
+    return this.#call((s) => s.insertLines(bytes));
   }
   usage(q: UsageQuery): Promise<UsageRow[]> {
     return this.#call((s) => s.usage(q));
@@ -249,7 +250,7 @@ export async function startLedger({ config, logger, metrics, clock, place, prune
     },
     () => logger.info({ event: 'ledger_store_opened', store: settings.store, where }, `the ledger's store (${settings.store}) is open`),
   );
-  const counted = (inserting: Promise<number>): Promise<number> =>
+  const counted = <T,>(inserting: Promise<T>): Promise<T> =>
     inserting.catch((error: unknown) => {
       ledger?.storeFailed();
       throw error;
@@ -258,7 +259,7 @@ export async function startLedger({ config, logger, metrics, clock, place, prune
     spool,
     store: {
       insert: (records) => counted(store.insert(records)),
-      insertJson: (json, count) => counted(store.insertJson(json, count)),
+      insertLines: (bytes) => counted(store.insertLines(bytes)),
     },
     clock,
     events: {

@@ -9,6 +9,7 @@ import { createServer, type Socket } from 'node:net';
 import { openLedgerStore } from '../../src/ledger/open-store.ts';
 import { LEDGER_SCHEMA_VERSION, MIGRATIONS } from '../../src/ledger/migrations.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
+import { encodeLine } from '../../src/ledger/line.ts';
 import { insertStatement, USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
 import { postgresCheck, startPostgres, type PostgresServer } from '../support/postgres.ts';
 
@@ -177,6 +178,20 @@ describe('the PostgreSQL ledger store', { skip }, () => {
     assert.equal(await store.insert([]), 0);
     assert.equal(await pg.psql('SELECT COUNT(*), COUNT(DISTINCT id) FROM ledger_requests', db.name), '751|751');
     assert.equal(await pg.psql("SELECT key FROM ledger_requests WHERE id = 'twice'", db.name), 'alpha');
+  });
+
+  test("the spool's lines, as the shipper hands them: the good ones go in once; a flipped byte and a line that is no record are counted as corrupt", async () => {
+    const store = await open((await database()).url);
+    const records = sample(300);
+    const good = records.map(encodeLine);
+    const flipped = Buffer.from(encodeLine(record({ id: 'flipped' })));
+    flipped[120] = flipped[120]! ^ 0x01;
+    const bytes = Buffer.concat([Buffer.from(good.slice(0, 100).join('')), flipped, Buffer.from(`${good.slice(100).join('')}not a record\n`)]);
+    assert.deepEqual(await store.insertLines(bytes), { added: 300, corrupt: 2 });
+    assert.deepEqual(await store.insertLines(bytes), { added: 0, corrupt: 2 }, 'sent again (a retry after an unknown outcome): nothing twice');
+    assert.deepEqual(await store.insertLines(Buffer.alloc(0)), { added: 0, corrupt: 0 });
+    assert.equal(await store.request('flipped'), undefined);
+    assert.deepEqual(await store.request(records[123]!.id), records[123]);
   });
 
   test('a batch is one transaction: one record refused (by a trigger), none of the batch is there (500, and 1500 in several statements)', async () => {

@@ -12,7 +12,8 @@ import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { encodeLine, SIDECAR_SUFFIX, Spool } from '../../src/ledger/spool.ts';
+import { SIDECAR_SUFFIX, Spool } from '../../src/ledger/spool.ts';
+import { checkLines, encodeLine, parseRecords } from '../../src/ledger/line.ts';
 import { Shipper, type LedgerSink } from '../../src/ledger/shipper.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
 
@@ -207,24 +208,38 @@ describe('replay', () => {
     await spool.close();
   });
 
-  test('a flipped byte and a torn tail: those lines are skipped and reported, the others shipped', async () => {
-    const dir = freshDir();
-    const dead = await deadPid();
-    const flipped = Buffer.from(encodeLine(record(2)));
-    flipped[100] = flipped[100]! ^ 0x20;
-    writeFileSync(join(dir, `${dead}.1000-000001.seg`), Buffer.concat([Buffer.from(encodeLine(record(1))), flipped, Buffer.from(encodeLine(record(3)) + encodeLine(record(4)).slice(0, 50))]));
-    const store = new FakeStore();
-    const corrupt: [string, number][] = [];
-    const spool = new Spool({ dir });
-    const shipper = new Shipper({ spool, store, events: { corrupt: (segment, lines) => corrupt.push([segment, lines]) } });
-    await shipper.start();
-    await waitFor('shipped', () => segments(dir).length === 0);
-    assert.deepEqual([...store.rows.keys()], [record(1).id, record(3).id]);
-    assert.deepEqual(corrupt, [[`${process.pid}.${spool.startMs}-000001.seg`, 2]]);
-    assert.equal(shipper.corrupt, 2);
-    shipper.close();
-    await spool.close();
-  });
+  for (const via of ['records', 'lines'] as const) {
+    test(`a flipped byte and a torn tail: those lines are skipped and reported, the others shipped (a store taking ${via})`, async () => {
+      const dir = freshDir();
+      const dead = await deadPid();
+      const flipped = Buffer.from(encodeLine(record(2)));
+      flipped[100] = flipped[100]! ^ 0x20;
+      writeFileSync(join(dir, `${dead}.1000-000001.seg`), Buffer.concat([Buffer.from(encodeLine(record(1))), flipped, Buffer.from(encodeLine(record(3)) + encodeLine(record(4)).slice(0, 50))]));
+      const store = new FakeStore();
+      const corrupt: [string, number][] = [];
+      const spool = new Spool({ dir });
+      // A store taking the lines checks them itself (as SQLite's thread does) and says how many were corrupt.
+      const sink: LedgerSink =
+        via === 'records'
+          ? store
+          : {
+              insert: (records) => store.insert(records),
+              insertLines: async (bytes) => {
+                const { lines, corrupt: bad } = checkLines(bytes);
+                return { added: await store.insert(parseRecords(lines)), corrupt: bad };
+              },
+            };
+      const shipper = new Shipper({ spool, store: sink, events: { corrupt: (segment, lines) => corrupt.push([segment, lines]) } });
+      await shipper.start();
+      await waitFor('shipped', () => segments(dir).length === 0);
+      assert.deepEqual([...store.rows.keys()], [record(1).id, record(3).id]);
+      assert.deepEqual(corrupt, [[`${process.pid}.${spool.startMs}-000001.seg`, 2]]);
+      assert.equal(shipper.corrupt, 2);
+      assert.equal(shipper.shipped, 2);
+      shipper.close();
+      await spool.close();
+    });
+  }
 });
 
 describe('exactly once', () => {

@@ -14,6 +14,7 @@ import { openLedgerStore } from '../../src/ledger/open-store.ts';
 import { LEDGER_SCHEMA_VERSION, MIGRATIONS } from '../../src/ledger/migrations.ts';
 import { parseRequestsQuery, parseUsageQuery } from '../../src/ledger/query-params.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
+import { encodeLine } from '../../src/ledger/line.ts';
 import { insertStatement, USAGE_GROUPS, type LedgerStore, type RequestsQuery, type UsageQuery, type UsageRow } from '../../src/ledger/store.ts';
 
 const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-'));
@@ -170,6 +171,20 @@ async function allPages(store: LedgerStore, q: RequestsQuery): Promise<{ ids: st
 }
 
 describe('inserts', () => {
+  test("the spool's lines, as the shipper hands them: the good ones go in once; a flipped byte and a line that is no record are counted as corrupt", async () => {
+    const store = await open();
+    const records = sample(300);
+    const good = records.map(encodeLine);
+    const flipped = Buffer.from(encodeLine(record({ id: 'flipped' })));
+    flipped[120] = flipped[120]! ^ 0x01;
+    const bytes = Buffer.concat([Buffer.from(good.slice(0, 100).join('')), flipped, Buffer.from(`${good.slice(100).join('')}not a record\n`)]);
+    assert.deepEqual(await store.insertLines(bytes), { added: 300, corrupt: 2 });
+    assert.deepEqual(await store.insertLines(bytes), { added: 0, corrupt: 2 }, 'sent again (a retry after an unknown outcome): nothing twice');
+    assert.deepEqual(await store.insertLines(Buffer.alloc(0)), { added: 0, corrupt: 0 });
+    assert.equal(await store.request('flipped'), undefined);
+    assert.deepEqual(await store.request(records[123]!.id), records[123]);
+  });
+
   test('each id once: the same batch twice, overlapping batches and an id twice in one batch; resolves with how many were new', async () => {
     const path = freshPath();
     const store = await open(path);
@@ -524,20 +539,20 @@ describe('off the event loop', () => {
     // Work on this thread would hold it at every batch (a 500-row insert is about 20 ms of CPU). A
     // machine busy with other work can hold a process too: up to three rounds for one without a
     // wait over 20 ms, unless the machine is busier than its CPUs. Either way, this thread works
-    // less than 10 ms between two ticks (posting a batch's JSON text to the thread is well under 1 ms).
+    // less than 10 ms between two ticks (handing a batch's bytes to the thread is well under 1 ms).
     const rounds: { gap: number; cpu: number }[] = [];
     const overloaded = () => loadavg()[0]! > availableParallelism();
     for (let round = 0; round < 3 && !rounds.some((r) => r.gap < 20 && r.cpu < 10); round++) {
       const store = await open();
       const records = sample(20_000, 3, 'loop');
-      // As the shipper sends them: each batch as the JSON text of its lines (made before the clock starts).
-      const batches: string[] = [];
-      for (let i = 0; i < records.length; i += 500) batches.push(JSON.stringify(records.slice(i, i + 500)));
+      // As the shipper sends them: each batch as the spool's lines (made before the clock starts).
+      const batches: Buffer[] = [];
+      for (let i = 0; i < records.length; i += 500) batches.push(Buffer.from(records.slice(i, i + 500).map(encodeLine).join('')));
       const startedAt = performance.now();
       rounds.push(
         await ticks(async () => {
           let added = 0;
-          for (const batch of batches) added += await store.insertJson!(batch, 500);
+          for (const batch of batches) added += (await store.insertLines(batch)).added;
           const rows = await store.usage({ from: 0, to: T0 + 10 * 86_400_000, groupBy: ['key', 'model', 'user'], bucket: 'hour' });
           const page = await store.requests({ from: 0, to: T0 + 10 * 86_400_000, tag: 'night', limit: 500 });
           assert.equal(added, 20_000);
@@ -566,6 +581,7 @@ describe('off the event loop', () => {
     assert.deepEqual([a, b], [4000, 4000]);
     assert.equal(sql<{ n: number }>(path, 'SELECT COUNT(*) AS n FROM ledger_requests')[0]!.n, 8000);
   });
+
 });
 
 test('after close, calls are refused; close twice is fine', async () => {
