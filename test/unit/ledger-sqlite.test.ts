@@ -5,7 +5,7 @@
 // connection of the test's own, not through the store. Last, the admin API's query parameters.
 import { after, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { availableParallelism, loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -582,6 +582,23 @@ describe('off the event loop', () => {
     assert.equal(sql<{ n: number }>(path, 'SELECT COUNT(*) AS n FROM ledger_requests')[0]!.n, 8000);
   });
 
+  test('its thread runs 10 nicer than the process (Linux): when it and the event loop want one CPU, the requests go first', { skip: process.platform !== 'linux' && 'thread priorities are read from /proc' }, async () => {
+    const niceOf = (stat: string): number => Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[16]);
+    const threads = () =>
+      readdirSync('/proc/self/task').map((tid) => ({ tid, name: readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim(), nice: niceOf(readFileSync(`/proc/self/task/${tid}/stat`, 'utf8')) }));
+    const own = niceOf(readFileSync('/proc/self/stat', 'utf8'));
+    const before = new Set(threads().map((t) => t.tid));
+    const store = await open();
+    await store.usage({ from: 0, to: 1, groupBy: [], bucket: 'day' });
+    const added = threads().filter((t) => !before.has(t.tid) && t.name === 'WorkerThread');
+    assert.deepEqual(
+      added.map((t) => t.nice),
+      [Math.min(19, own + 10)],
+      "the store's thread, 10 nicer than this process",
+    );
+    assert.equal(niceOf(readFileSync('/proc/thread-self/stat', 'utf8')), own, 'this thread (the event loop) keeps its priority');
+    await store.close();
+  });
 });
 
 test('after close, calls are refused; close twice is fine', async () => {
