@@ -1,6 +1,6 @@
 // The usage ledger's shipper: reads the spool's segments back (a chunk at a time, never the whole
-// spool), checks each line, sends the records to the store in batches and notes its progress in a
-// sidecar beside each segment; a segment shipped to its end and no longer written is deleted. The
+// spool), sends the lines to the store in batches (the store checks each line's checksum: SQLite's
+// in its own thread) and notes its progress in a sidecar beside each segment; a segment shipped to its end and no longer written is deleted. The
 // store ignores an id it already has, so a progress note lost in a crash only ships a batch again.
 // While the store is down the same batch is retried with back-off, and the outage is reported once
 // when it starts and once when it ends.
