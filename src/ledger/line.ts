@@ -4,8 +4,9 @@
 import { crc32 } from 'node:zlib';
 import type { LedgerRecord } from './record.ts';
 
-const NEWLINE = 0x0a;
-const SPACE = 0x20;
+/** A line's end, and the byte between its checksum and its JSON. */
+export const NEWLINE = 0x0a;
+export const SPACE = 0x20;
 /** The checksum, a space and the newline around the JSON. */
 export const LINE_OVERHEAD = 10;
 /** Every record's JSON starts so (`id` is its first field). */
@@ -27,7 +28,7 @@ export function encodeLine(record: LedgerRecord): string {
  * The JSON of `buffer[start, end)` (a line without its newline), unparsed, or undefined when its
  * checksum is wrong or it is not a record's.
  */
-export function checkedLine(buffer: Buffer, start = 0, end = buffer.length): string | undefined {
+function checkedLine(buffer: Buffer, start = 0, end = buffer.length): string | undefined {
   if (end - start < 11 || buffer[start + 8] !== SPACE) return undefined;
   let sum = 0;
   for (let i = start; i < start + 8; i++) {

@@ -1,15 +1,15 @@
 // The usage ledger's shipper: reads the spool's segments back (a chunk at a time, never the whole
 // spool), sends the lines to the store in batches (the store checks each line's checksum: SQLite's
-// in its own thread) and notes its progress in a sidecar beside each segment; a segment shipped to its end and no longer written is deleted. The
-// store ignores an id it already has, so a progress note lost in a crash only ships a batch again.
-// While the store is down the same batch is retried with back-off, and the outage is reported once
-// when it starts and once when it ends.
+// in its own thread) and notes its progress in a sidecar beside each segment; a segment shipped to
+// its end and no longer written is deleted. The store ignores an id it already has, so a progress
+// note lost in a crash only ships a batch again. While the store is down the same batch is retried
+// with back-off, and the outage is reported once when it starts and once when it ends.
 import { open, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { systemClock, type Clock, type TimerHandle } from '../lifecycle/clock.ts';
 import type { LedgerRecord } from './record.ts';
 import { SIDECAR_SUFFIX, type SegmentChunk, type Spool } from './spool.ts';
-import { decodeLine, type LinesInserted } from './line.ts';
+import { decodeLine, NEWLINE, type LinesInserted } from './line.ts';
 
 /** Where the records go: the ledger store (its `insert` ignores ids it already holds). */
 export interface LedgerSink {
@@ -312,7 +312,7 @@ export class Shipper {
       return;
     }
     if (segment.claimed && segment.marks[0] && chunk.count > 0) {
-      const first = decodeLine(chunk.bytes, 0, chunk.bytes.indexOf(0x0a));
+      const first = decodeLine(chunk.bytes, 0, chunk.bytes.indexOf(NEWLINE));
       if (first) segment.marks[0].at = first.ended_at;
     }
     const bad = chunk.count > 0 ? await this.#insert(chunk) : 0;

@@ -10,14 +10,12 @@ import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { systemClock, type Clock, type TimerHandle } from '../lifecycle/clock.ts';
 import type { LedgerRecord } from './record.ts';
-import { checkLines, decodeLine, LINE_OVERHEAD, parseRecords } from './line.ts';
+import { checkLines, decodeLine, LINE_OVERHEAD, NEWLINE, parseRecords, SPACE } from './line.ts';
 
 /** The shipper's progress in a segment is kept beside it, in `<segment>.shipped`. */
 export const SIDECAR_SUFFIX = '.shipped';
 
 const SEGMENT_NAME = /^(\d+)\.(\d+)-(\d{6,})\.seg$/;
-const NEWLINE = 0x0a;
-const SPACE = 0x20;
 /** A failed write is tried again after this, doubling up to RETRY_MAX_MS. */
 const RETRY_FIRST_MS = 250;
 const RETRY_MAX_MS = 5000;
@@ -72,8 +70,6 @@ export interface SegmentChunk {
   readonly count: number;
   /** A torn tail taken after them (1, or 0): a finished segment's last bytes had no newline. */
   readonly torn: number;
-  /** The good lines' JSON, as written (checked on first use). */
-  readonly lines: string[];
   /** The good lines' records (parsed on first use). */
   readonly records: LedgerRecord[];
   /** Lines skipped (checked on first use): a bad checksum, not a record, or the torn tail. */
@@ -175,9 +171,6 @@ function chunkOf(bytes: Buffer, count: number, torn: number, end: number, eof: b
     bytes,
     count,
     torn,
-    get lines() {
-      return check().lines;
-    },
     get corrupt() {
       return check().corrupt + torn;
     },

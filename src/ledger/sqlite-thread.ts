@@ -7,7 +7,7 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
 import type { LedgerRecord } from './record.ts';
-import { checkLines, type LinesInserted } from './line.ts';
+import { checkLines, parseRecords, type LinesInserted } from './line.ts';
 import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
 import {
   bodiesInsertStatement,
@@ -137,7 +137,7 @@ class LedgerDatabase {
     insert: (records) => this.#insert(records),
     insertLines: (bytes) => {
       const { lines, corrupt } = checkLines(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-      return { added: lines.length === 0 ? 0 : this.#insert(lines.map((json) => JSON.parse(json) as LedgerRecord)), corrupt };
+      return { added: lines.length === 0 ? 0 : this.#insert(parseRecords(lines)), corrupt };
     },
     usage: (q) => usageRows(q, this.#all(usageStatement(q, 'sqlite'))),
     requests: (q) => requestsPage(q, this.#all(requestsStatement(q, 'sqlite'))),
