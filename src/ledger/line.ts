@@ -57,15 +57,23 @@ export function checkLines(buffer: Buffer): { lines: string[]; corrupt: number }
   return { lines, corrupt };
 }
 
-/** The records of checked lines, parsed. */
-export function parseRecords(lines: readonly string[]): LedgerRecord[] {
-  return lines.map((json) => JSON.parse(json) as LedgerRecord);
+/**
+ * The records of checked lines, each parsed apart: a line whose checksum matches but whose JSON is
+ * not a record (written by something else than a spool) is counted, never allowed to hold up the
+ * batch it is in.
+ */
+export function recordsOf(lines: readonly string[]): { records: LedgerRecord[]; corrupt: number } {
+  const records: LedgerRecord[] = [];
+  let corrupt = 0;
+  for (const json of lines) {
+    const record = parsedRecord(json);
+    if (record === undefined) corrupt++;
+    else records.push(record);
+  }
+  return { records, corrupt };
 }
 
-/** The record of `buffer[start, end)` (a line without its newline), or undefined when its checksum or its JSON is wrong. */
-export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): LedgerRecord | undefined {
-  const json = checkedLine(buffer, start, end);
-  if (json === undefined) return undefined;
+function parsedRecord(json: string): LedgerRecord | undefined {
   try {
     const record: unknown = JSON.parse(json);
     if (typeof record !== 'object' || record === null || typeof (record as { id?: unknown }).id !== 'string') return undefined;
@@ -73,4 +81,10 @@ export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): Ledg
   } catch {
     return undefined;
   }
+}
+
+/** The record of `buffer[start, end)` (a line without its newline), or undefined when its checksum or its JSON is wrong. */
+export function decodeLine(buffer: Buffer, start = 0, end = buffer.length): LedgerRecord | undefined {
+  const json = checkedLine(buffer, start, end);
+  return json === undefined ? undefined : parsedRecord(json);
 }

@@ -5,7 +5,7 @@
 import { createRequire } from 'node:module';
 import type { Pool, PoolClient, QueryResultRow } from 'pg';
 import type { LedgerRecord } from './record.ts';
-import { checkLines, type LinesInserted } from './line.ts';
+import { checkLines, recordsOf, type LinesInserted } from './line.ts';
 import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
 import {
   POSTGRES_JSON_BODIES_INSERT,
@@ -139,29 +139,32 @@ export class PostgresStore implements LedgerStore {
     });
   }
 
-  /** The spool's lines: checked here, then sent as one JSON array that the server parses. */
+  /**
+   * The spool's lines: checked here, then sent as one JSON array that the server parses. A batch it
+   * refuses as data (class 22: a text it cannot hold, or a line that is not JSON) is parsed here,
+   * line by line, and goes through `insert`, which cleans each value; a line that is no record is
+   * counted as corrupt.
+   */
   async insertLines(bytes: Buffer): Promise<LinesInserted> {
     const { lines, corrupt } = checkLines(bytes);
-    return { added: await this.#insertJson(`[${lines.join(',')}]`, lines.length), corrupt };
-  }
-
-  /**
-   * The records as a JSON array's text (the spool's lines), parsed by the server. A batch it
-   * refuses as data (a text it cannot hold: class 22) goes through `insert`, which cleans each value.
-   */
-  async #insertJson(json: string, count: number): Promise<number> {
-    if (count === 0) return 0;
+    if (lines.length === 0) return { added: 0, corrupt };
     try {
-      if (!json.includes('"bodies":')) return await this.#count({ sql: POSTGRES_JSON_INSERT, values: [json] });
-      return await this.#transaction(async (client) => {
-        const added = (await client.query(POSTGRES_JSON_INSERT, [json])).rowCount ?? 0;
-        await client.query(POSTGRES_JSON_BODIES_INSERT, [json]);
-        return added;
-      });
+      return { added: await this.#insertJson(`[${lines.join(',')}]`), corrupt };
     } catch (error) {
       if (!String((error as { code?: unknown }).code ?? '').startsWith('22')) throw error;
-      return this.insert(JSON.parse(json) as LedgerRecord[]);
+      const parsed = recordsOf(lines);
+      return { added: await this.insert(parsed.records), corrupt: corrupt + parsed.corrupt };
     }
+  }
+
+  /** The records as a JSON array's text, parsed by the server. */
+  async #insertJson(json: string): Promise<number> {
+    if (!json.includes('"bodies":')) return this.#count({ sql: POSTGRES_JSON_INSERT, values: [json] });
+    return this.#transaction(async (client) => {
+      const added = (await client.query(POSTGRES_JSON_INSERT, [json])).rowCount ?? 0;
+      await client.query(POSTGRES_JSON_BODIES_INSERT, [json]);
+      return added;
+    });
   }
 
   async usage(q: UsageQuery): Promise<UsageRow[]> {

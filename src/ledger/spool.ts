@@ -10,7 +10,7 @@ import { mkdir, open, readdir, rename, stat, unlink, type FileHandle } from 'nod
 import { join } from 'node:path';
 import { systemClock, type Clock, type TimerHandle } from '../lifecycle/clock.ts';
 import type { LedgerRecord } from './record.ts';
-import { checkLines, decodeLine, LINE_OVERHEAD, NEWLINE, parseRecords, SPACE } from './line.ts';
+import { checkLines, decodeLine, LINE_OVERHEAD, NEWLINE, recordsOf, SPACE } from './line.ts';
 
 /** The shipper's progress in a segment is kept beside it, in `<segment>.shipped`. */
 export const SIDECAR_SUFFIX = '.shipped';
@@ -164,18 +164,22 @@ function wholeLines(buffer: Buffer, maxLines: number): { count: number; used: nu
 
 /** A chunk of whole lines; they are checked and parsed only when asked for. */
 function chunkOf(bytes: Buffer, count: number, torn: number, end: number, eof: boolean): SegmentChunk {
-  let checked: { lines: string[]; corrupt: number } | undefined;
-  let records: LedgerRecord[] | undefined;
-  const check = () => (checked ??= checkLines(bytes));
+  let parsed: { records: LedgerRecord[]; corrupt: number } | undefined;
+  const parse = () => {
+    if (parsed) return parsed;
+    const checked = checkLines(bytes);
+    const { records, corrupt } = recordsOf(checked.lines);
+    return (parsed = { records, corrupt: checked.corrupt + corrupt });
+  };
   return {
     bytes,
     count,
     torn,
     get corrupt() {
-      return check().corrupt + torn;
+      return parse().corrupt + torn;
     },
     get records() {
-      return (records ??= parseRecords(check().lines));
+      return parse().records;
     },
     end,
     eof,

@@ -7,7 +7,7 @@ import { getPriority, setPriority } from 'node:os';
 import { parentPort, workerData } from 'node:worker_threads';
 import { DatabaseSync, type SQLInputValue, type StatementSync } from 'node:sqlite';
 import type { LedgerRecord } from './record.ts';
-import { checkLines, parseRecords, type LinesInserted } from './line.ts';
+import { checkLines, recordsOf, type LinesInserted } from './line.ts';
 import { migrationSql, schemaTableSql, SCHEMA_VERSION_SQL } from './migrations.ts';
 import {
   bodiesInsertStatement,
@@ -136,8 +136,9 @@ class LedgerDatabase {
   readonly ops: { [K in keyof ThreadOps]: (...args: ThreadOps[K]['args']) => ThreadOps[K]['result'] } = {
     insert: (records) => this.#insert(records),
     insertLines: (bytes) => {
-      const { lines, corrupt } = checkLines(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
-      return { added: lines.length === 0 ? 0 : this.#insert(parseRecords(lines)), corrupt };
+      const checked = checkLines(Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength));
+      const { records, corrupt } = recordsOf(checked.lines);
+      return { added: records.length === 0 ? 0 : this.#insert(records), corrupt: checked.corrupt + corrupt };
     },
     usage: (q) => usageRows(q, this.#all(usageStatement(q, 'sqlite'))),
     requests: (q) => requestsPage(q, this.#all(requestsStatement(q, 'sqlite'))),

@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { SIDECAR_SUFFIX, Spool } from '../../src/ledger/spool.ts';
-import { checkLines, encodeLine, parseRecords } from '../../src/ledger/line.ts';
+import { checkLines, encodeLine, recordsOf } from '../../src/ledger/line.ts';
 import { Shipper, type LedgerSink } from '../../src/ledger/shipper.ts';
 import type { LedgerRecord } from '../../src/ledger/record.ts';
 
@@ -225,8 +225,9 @@ describe('replay', () => {
           : {
               insert: (records) => store.insert(records),
               insertLines: async (bytes) => {
-                const { lines, corrupt: bad } = checkLines(bytes);
-                return { added: await store.insert(parseRecords(lines)), corrupt: bad };
+                const checked = checkLines(bytes);
+                const { records, corrupt } = recordsOf(checked.lines);
+                return { added: await store.insert(records), corrupt: checked.corrupt + corrupt };
               },
             };
       const shipper = new Shipper({ spool, store: sink, events: { corrupt: (segment, lines) => corrupt.push([segment, lines]) } });
