@@ -1,5 +1,4 @@
 // Per-request facts: our id, the caller's id, the peer and what the request turned out to be.
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Http2ServerRequest } from 'node:http2';
 import type { Duplex } from 'node:stream';
@@ -10,6 +9,7 @@ import type { Usage } from '../api/usage.ts';
 import type { RequestTrace } from '../telemetry/tracing.ts';
 import type { AttemptRecord } from '../telemetry/access-log.ts';
 import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
+import { requestId } from './request-id.ts';
 
 /** What the request's client key may do (auth/keys.ts's ClientKey). */
 export interface KeyGrant {
@@ -33,7 +33,7 @@ export function isHttp2Request(req: IncomingMessage): boolean {
 
 /** What every exchange (an HTTP request or a WebSocket session) records. */
 export class ExchangeContext {
-  readonly id: string = randomUUID();
+  readonly id: string = requestId();
   readonly startedAt: bigint = process.hrtime.bigint();
   readonly req: IncomingMessage;
   readonly listener: string;
