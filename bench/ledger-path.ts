@@ -6,18 +6,34 @@
 // gateway's own cost of the ledger (the record's building, and everything under real load) is in
 // bench/ledger.ts.
 //
-//   npm run build && node bench/ledger-path.ts [--rate N] [--seconds S] [--rounds N]
-import { mkdtempSync, rmSync } from 'node:fs';
+// The records' ids are the gateway's own (version 7 UUIDs, by time); `--ids v4` makes them random
+// (version 4, as the gateway's were before), to show what that costs the store's index. `--rows N`
+// starts each round's SQLite file with N records already in it (made once, copied for each round),
+// as a ledger some days old is: what an insert costs depends on the size of the indexes it goes into.
+//
+//   npm run build && node bench/ledger-path.ts [--rate N] [--seconds S] [--rounds N] [--ids v7|v4] [--rows N]
+import { randomUUID } from 'node:crypto';
+import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
 import { median } from './stats.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values } = parseArgs({
-  options: { rate: { type: 'string', default: '5000' }, seconds: { type: 'string', default: '6' }, rounds: { type: 'string', default: '3' }, child: { type: 'string' } },
+  options: {
+    rate: { type: 'string', default: '5000' },
+    seconds: { type: 'string', default: '6' },
+    rounds: { type: 'string', default: '3' },
+    ids: { type: 'string', default: 'v7' },
+    rows: { type: 'string', default: '0' },
+    child: { type: 'string' },
+    template: { type: 'string' },
+  },
 });
+if (values.ids !== 'v7' && values.ids !== 'v4') throw new Error('--ids is v7 or v4');
+const ROWS = Number(values.rows);
 const RATE = Number(values.rate);
 const SECONDS = Number(values.seconds);
 
@@ -27,53 +43,81 @@ interface Sample {
   processUs: number;
 }
 
+/** The gateway's request ids (`--ids v7`, src/server/request-id.ts), or random ones (`--ids v4`). */
+async function idMaker(): Promise<(nowMs: number) => string> {
+  if (values.ids === 'v4') return () => randomUUID();
+  const { requestId } = (await import(join(ROOT, 'dist/server/request-id.js'))) as typeof import('../src/server/request-id.ts');
+  return requestId;
+}
+
+/** A record as ledgerRecord makes one for a plain chat request (about 640 bytes of JSON). */
+function makeRecord(newId: (nowMs: number) => string, now: number) {
+  return {
+    id: newId(now),
+    kind: 'request' as const,
+    started_at: now - 1,
+    first_byte_ms: 0,
+    ended_at: now,
+    key: 'k1',
+    team: '',
+    user: 'alice',
+    metadata: null,
+    tags: ['bench'],
+    api: 'openai',
+    endpoint: 'chat',
+    model: 'echo',
+    route: 'echo',
+    provider: 'echo',
+    served_model: 'echo',
+    attempts: [{ target: 'echo/echo', outcome: 'success', status: 200, ms: 0 }],
+    status: 200,
+    error: '',
+    prompt_tokens: 12,
+    completion_tokens: 9,
+    cached_tokens: 0,
+    cache_write_tokens: 0,
+    usage_estimated: false,
+    cost_micros: null,
+    bytes_in: 93,
+    bytes_out: 400,
+    listener: 'proxy',
+    worker: 0,
+    generation: 0,
+  };
+}
+
+/** A SQLite file holding `rows` records spread over the week before now (made once; each round copies it). */
+async function grownLedger(rows: number): Promise<string> {
+  const { openLedgerStore } = (await import(join(ROOT, 'dist/ledger/open-store.js'))) as typeof import('../src/ledger/open-store.ts');
+  const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-path-template-'));
+  const path = join(dir, 'ledger.sqlite');
+  const store = await openLedgerStore({ kind: 'sqlite', path });
+  const newId = await idMaker();
+  const start = Date.now() - 7 * 86_400_000;
+  const step = (7 * 86_400_000) / rows;
+  for (let i = 0; i < rows; ) {
+    const batch = [];
+    for (const end = Math.min(rows, i + 1000); i < end; i++) batch.push(makeRecord(newId, Math.round(start + i * step)));
+    await store.insert(batch);
+  }
+  await store.close();
+  return path;
+}
+
 /** One round in this process: appends at RATE for SECONDS (after a second's warm-up), then waits until all is shipped. */
-async function child(on: boolean): Promise<Sample> {
+async function child(on: boolean, template: string | undefined): Promise<Sample> {
   const { Spool } = (await import(join(ROOT, 'dist/ledger/spool.js'))) as typeof import('../src/ledger/spool.ts');
   const { Shipper } = (await import(join(ROOT, 'dist/ledger/shipper.js'))) as typeof import('../src/ledger/shipper.ts');
   const { openLedgerStore } = (await import(join(ROOT, 'dist/ledger/open-store.js'))) as typeof import('../src/ledger/open-store.ts');
   const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-path-'));
+  if (template !== undefined) copyFileSync(template, join(dir, 'ledger.sqlite'));
   const store = await openLedgerStore({ kind: 'sqlite', path: join(dir, 'ledger.sqlite') });
+  const newId = await idMaker();
   const spool = new Spool({ dir: join(dir, 'spool') });
   const shipper = new Shipper({ spool, store: { insert: (r) => store.insert(r), insertLines: (b) => store.insertLines(b) } });
   await shipper.start();
-  let n = 0;
-  // A record as ledgerRecord makes one for a plain chat request (about 640 bytes of JSON).
-  const record = () => {
-    const now = Date.now();
-    return {
-      id: `${(n++).toString(36).padStart(8, '0')}-${Math.random().toString(36).slice(2, 14)}`,
-      kind: 'request' as const,
-      started_at: now - 1,
-      first_byte_ms: 0.412,
-      ended_at: now,
-      key: 'k1',
-      team: '',
-      user: 'alice',
-      metadata: null,
-      tags: ['bench'],
-      api: 'openai',
-      endpoint: 'chat',
-      model: 'echo',
-      route: 'echo',
-      provider: 'echo',
-      served_model: 'echo',
-      attempts: [{ target: 'echo/echo', outcome: 'success', status: 200, ms: 0 }],
-      status: 200,
-      error: '',
-      prompt_tokens: 12,
-      completion_tokens: 9,
-      cached_tokens: 0,
-      cache_write_tokens: 0,
-      usage_estimated: false,
-      cost_micros: null,
-      bytes_in: 93,
-      bytes_out: 400,
-      listener: 'proxy',
-      worker: 0,
-      generation: 0,
-    };
-  };
+  const record = () => makeRecord(newId, Date.now());
+
   const phase = async (seconds: number): Promise<Sample> => {
     const t0 = performance.now();
     const cpu0 = process.cpuUsage();
@@ -110,14 +154,16 @@ async function child(on: boolean): Promise<Sample> {
 }
 
 if (values.child !== undefined) {
-  process.stdout.write(JSON.stringify(await child(values.child === 'on')));
+  process.stdout.write(JSON.stringify(await child(values.child === 'on', values.template)));
 } else {
+  const template = ROWS > 0 ? await grownLedger(ROWS) : undefined;
+  if (template !== undefined) process.stdout.write(`each round starts from a ledger of ${ROWS} records (ids ${values.ids})\n`);
   // Each round a fresh process, pinned to one CPU when taskset is there (its threads share it, as in bench/ledger.ts).
   const pin = spawnSync('taskset', ['--version']).status === 0;
   const samples: Record<'off' | 'on', Sample[]> = { off: [], on: [] };
   for (let round = 1; round <= Number(values.rounds); round++) {
     for (const mode of ['off', 'on'] as const) {
-      const args = [process.execPath, import.meta.filename, '--child', mode, '--rate', String(RATE), '--seconds', String(SECONDS)];
+      const args = [process.execPath, import.meta.filename, '--child', mode, '--rate', String(RATE), '--seconds', String(SECONDS), '--ids', values.ids, ...(template !== undefined ? ['--template', template] : [])];
       const run = pin ? spawnSync('taskset', ['-c', '0', ...args], { encoding: 'utf8' }) : spawnSync(args[0]!, args.slice(1), { encoding: 'utf8' });
       if (run.status !== 0) throw new Error(`round ${round} ${mode} failed: ${run.stderr}`);
       const s = JSON.parse(run.stdout) as Sample;
@@ -129,7 +175,8 @@ if (values.child !== undefined) {
   const main = m('on', (s) => s.mainUs) - m('off', (s) => s.mainUs);
   const all = m('on', (s) => s.processUs) - m('off', (s) => s.processUs);
   process.stdout.write(
-    `\n${RATE} records/s, ${SECONDS} s, ${values.rounds} rounds${pin ? ', one CPU' : ''} (medians, on − off): ` +
+    `\n${RATE} records/s, ${SECONDS} s, ${values.rounds} rounds${pin ? ', one CPU' : ''}, ids ${values.ids}, ${ROWS} records before (medians, on − off): ` +
       `main thread +${main.toFixed(1)} µs/record; whole process +${all.toFixed(1)} µs/record, of which off the main thread ${(all - main).toFixed(1)}\n`,
   );
+  if (template !== undefined) rmSync(dirname(template), { recursive: true, force: true });
 }

@@ -42,7 +42,7 @@ export interface LedgerRecord {
   kind: 'request' | 'realtime';
   /** Epoch ms. */
   started_at: number;
-  /** Ms from the start to the answer's head (a stream's first content); null when none went out. */
+  /** Whole ms from the start to the answer's head (a stream's first content); null when none went out. */
   first_byte_ms: number | null;
   /** Epoch ms. */
   ended_at: number;

@@ -28,7 +28,8 @@ export function ledgerRecord(ctx: ExchangeContext, status: number, place: Proces
     id: ctx.id,
     kind: request === undefined ? 'realtime' : 'request',
     started_at: Math.round(nowMs - durationMs),
-    first_byte_ms: firstByteMs === null ? null : Math.round(firstByteMs * 1000) / 1000,
+    // Whole milliseconds, as the stores keep it (a fraction also costs its digits in every record's JSON).
+    first_byte_ms: firstByteMs === null ? null : Math.round(firstByteMs),
     ended_at: nowMs,
     key: ctx.keyName,
     team: key.team?.name ?? '',
