@@ -6,7 +6,10 @@
 // change, built, with `node_modules` beside it); B_CHECKOUT defaults to this one. Both gateways run
 // the same config (client keys, access log to a pipe, metrics: "production" in bench/run.ts) against
 // one mock upstream, pinned to CPU 0, with wrk on CPU 1. Every case runs on both in every round,
-// the order of the two rotated each round, so that a drift of the machine falls on both. Prints
+// the order of the two rotated each round, so that a drift of the machine falls on both; both
+// gateways are started anew before every round (and warmed up), so that each build's samples come
+// from as many processes as rounds: one process's JIT history alone moves its CPU per request by
+// several µs (three gateways of one build and config differed by up to 8.5 µs). Prints
 // the gateway CPU per request for each round and case, then per case the medians and the median
 // of the per-round ratio B/A, as a Markdown table for BENCHMARKS.md.
 //
@@ -20,7 +23,7 @@ import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { cleanUp, startMock, type Server } from './processes.ts';
+import { cleanUp, startMock, stop, type Server } from './processes.ts';
 import { caseScript, pickCases, startCaseGateway, type Case } from './cases.ts';
 import { cpuTicks, fixed, median, perRoundMedian } from './stats.ts';
 import { interleavedRounds, runWrk } from './wrk.ts';
@@ -51,22 +54,37 @@ const CASES = pickCases(values.cases);
 
 const mock = await startMock();
 const flags = (text: string): string[] => text.split(' ').filter(Boolean);
-const targets = [
-  await startCaseGateway('A', CHECKOUTS.A, mock.url, TMP, flags(values['a-flags'])),
-  await startCaseGateway('B', CHECKOUTS.B, mock.url, TMP, flags(values['b-flags'])),
-];
-const script = (_t: Server, c: Case): string => caseScript(c);
-const measure = async (t: Server, c: Case, lua: string): Promise<number> => {
-  const before = cpuTicks(t.pid);
-  const load = await runWrk(`${t.url}/v1/chat/completions`, lua, SECONDS, { threads: 1, connections: 32 });
+type Build = { name: 'A' | 'B' };
+const targets: Build[] = [{ name: 'A' }, { name: 'B' }];
+const start = (name: 'A' | 'B'): Promise<Server> => startCaseGateway(name, CHECKOUTS[name], mock.url, TMP, flags(values[name === 'A' ? 'a-flags' : 'b-flags']));
+const servers = new Map<string, Server>();
+const script = (_t: Build, c: Case): string => caseScript(c);
+const measure = async (t: Build, c: Case, lua: string): Promise<number> => {
+  const server = servers.get(t.name)!;
+  const before = cpuTicks(server.pid);
+  const load = await runWrk(`${server.url}/v1/chat/completions`, lua, SECONDS, { threads: 1, connections: 32 });
   if (load.errors > 0 || load.non2xx > 0 || load.requests === 0) throw new Error(`${t.name}, ${c.name}: ${load.errors} errors, ${load.non2xx} non-2xx of ${load.requests}`);
-  return ((cpuTicks(t.pid) - before) * TICK_US) / load.requests;
+  return ((cpuTicks(server.pid) - before) * TICK_US) / load.requests;
 };
-// Warm-up: one short round of every case on both, not counted.
-await interleavedRounds(targets, CASES, 1, TMP, script, async (t, c, lua) => runWrk(`${t.url}/v1/chat/completions`, lua, 1, { threads: 1, connections: 32 }), () => {});
-const results = await interleavedRounds(targets, CASES, ROUNDS, TMP, script, measure, (round, c, t, us) => {
-  process.stderr.write(`round ${round + 1} ${c.id} ${t.name}: ${fixed(us, 1)} µs/req\n`);
-});
+/** Both gateways started anew, then one short round of every case on both, not counted. */
+const freshGateways = async (): Promise<void> => {
+  for (const t of targets) {
+    const old = servers.get(t.name);
+    if (old) await stop(old);
+    servers.set(t.name, await start(t.name));
+  }
+  await interleavedRounds(targets, CASES, 1, TMP, script, async (t, _c, lua) => runWrk(`${servers.get(t.name)!.url}/v1/chat/completions`, lua, 1, { threads: 1, connections: 32 }), () => {});
+};
+const results = await interleavedRounds(
+  targets,
+  CASES,
+  ROUNDS,
+  TMP,
+  script,
+  measure,
+  (round, c, t, us) => process.stderr.write(`round ${round + 1} ${c.id} ${t.name}: ${fixed(us, 1)} µs/req\n`),
+  freshGateways,
+);
 
 const rows = CASES.map((c) => {
   const a = results.get(c.name)!.get('A')!;
@@ -78,7 +96,7 @@ process.stdout.write(
   [
     `A: ${CHECKOUTS.A}`,
     `B: ${CHECKOUTS.B}`,
-    `${ROUNDS} rounds × ${SECONDS} s per case and build, order rotated each round; gateway CPU µs per request, medians`,
+    `${ROUNDS} rounds × ${SECONDS} s per case and build, order rotated each round, both gateways started anew before each; gateway CPU µs per request, medians`,
     '',
     '| case | A µs/req | B µs/req | B/A (per-round median) | B/A range |',
     '|---|--:|--:|--:|--:|',

@@ -9,7 +9,10 @@
 // PATH) in front of it, a PostgreSQL of its own (test/support/postgres.ts: a cluster made by initdb
 // in a temporary directory; its rows are skipped, with a note, when PostgreSQL is not installed), and
 // FOUR gateways (the built dist/main.js, each `workers: 1`, access log off, one provider on the
-// mock, one client key `bench`, the model priced so that each record has a cost):
+// mock, one client key `bench`, the model priced so that each record has a cost), started anew
+// before every round (SIGTERM, its ledger flushed, then the same config again): each target's
+// samples come from as many processes as there are rounds, because one process's JIT history alone
+// moves its CPU per request by several µs (three gateways of one config differed by up to 8.5 µs):
 //   off            no ledger section
 //   sqlite         `ledger: {}`: the spool and the SQLite file beside the config, in the bench's temp dir
 //   postgres       `ledger: { store: postgres }` on that PostgreSQL (the spool in the temp dir)
@@ -29,6 +32,7 @@
 // sluice_requests_total = sluice_ledger_records_total = rows), each with the key, the user and the
 // tag, at least one per answer wrk and the checks got and at most one more per connection per wrk
 // run (the requests in flight when wrk stopped), none dropped or corrupt; otherwise the bench fails.
+// (The gateway's counts are summed over its processes: each is read before it is stopped.)
 // The tables go to stdout and to bench/results/ledger.md.
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
@@ -322,6 +326,41 @@ function counterSum(text: string, name: string, labels: Record<string, string>):
   return sum;
 }
 
+interface Counts { finished: number; spooled: number; dropped: number; corrupt: number }
+
+/** What a gateway's processes stopped so far counted (each read once its lag was 0, before its SIGTERM). */
+const retired = new Map<Via, Counts>();
+
+/** A gateway's counts now, once its ledger has caught up. */
+async function countsOf(g: Gateway): Promise<Counts> {
+  await catchUp(g, performance.now());
+  const text = await metrics(g);
+  return {
+    finished: counterSum(text, 'sluice_requests_total', { key: KEY.name }),
+    spooled: metricValue(text, 'sluice_ledger_records_total') ?? NaN,
+    dropped: metricValue(text, 'sluice_ledger_dropped_total') ?? NaN,
+    corrupt: metricValue(text, 'sluice_ledger_corrupt_total') ?? NaN,
+  };
+}
+
+/** Stops every gateway (its counts kept first) and starts the same again, checked and warmed up. */
+async function restartGateways(gateways: Map<Via, Gateway>, mockUrl: string, pg: Postgres | undefined): Promise<void> {
+  for (const [via, g] of gateways) {
+    if (LEDGERS.includes(via)) {
+      const c = await countsOf(g);
+      const before = retired.get(via) ?? { finished: 0, spooled: 0, dropped: 0, corrupt: 0 };
+      retired.set(via, { finished: before.finished + c.finished, spooled: before.spooled + c.spooled, dropped: before.dropped + c.dropped, corrupt: before.corrupt + c.corrupt });
+    } else {
+      await catchUp(g, performance.now());
+    }
+    await stop(g);
+    const fresh = await startGateway(via, mockUrl, pg?.server.url);
+    gateways.set(via, fresh);
+    const t = TARGETS.find((x) => x.name === via)!;
+    for (const mode of MODES) await check(t, fresh.url, mode);
+  }
+}
+
 /** Every ledger's store against what its gateway counted and its clients were answered; one line each, and the failures. */
 async function verify(gateways: Map<Via, Gateway>, pg: Postgres | undefined): Promise<{ lines: string[]; failures: string[] }> {
   const lines: string[] = [];
@@ -329,12 +368,12 @@ async function verify(gateways: Map<Via, Gateway>, pg: Postgres | undefined): Pr
   for (const via of LEDGERS) {
     const g = gateways.get(via);
     if (!g) continue;
-    await catchUp(g, performance.now());
-    const text = await metrics(g);
-    const finished = counterSum(text, 'sluice_requests_total', { key: KEY.name });
-    const spooled = metricValue(text, 'sluice_ledger_records_total') ?? NaN;
-    const dropped = metricValue(text, 'sluice_ledger_dropped_total') ?? NaN;
-    const corrupt = metricValue(text, 'sluice_ledger_corrupt_total') ?? NaN;
+    const now = await countsOf(g);
+    const gone = retired.get(via) ?? { finished: 0, spooled: 0, dropped: 0, corrupt: 0 };
+    const finished = gone.finished + now.finished;
+    const spooled = gone.spooled + now.spooled;
+    const dropped = gone.dropped + now.dropped;
+    const corrupt = gone.corrupt + now.corrupt;
     const s = await stored(g, pg);
     const a = answered.get(via)!;
     const slack = a.runs * S.connections + a.errors;
@@ -449,7 +488,7 @@ function machineInfo(generator: string, loadBefore: string, pg: Postgres | undef
     `- CPU: ${model}, ${cpus().length} cores; Node ${process.version}; clock ticks ${CLK_TCK}/s`,
     `- Build: ${BUILD}`,
     `- Load generator: ${generator}, ${S.connections} keep-alive connections, ${S.threads} thread; ${S.rounds} rounds × ${S.seconds} s per target and case ` +
-      `after a ${S.warmupSeconds} s warm-up, the order rotated every round; medians; ratios and differences are per-round ratios' and differences' medians`,
+      `after a ${S.warmupSeconds} s warm-up, the order rotated every round, the gateways started anew before each; medians; ratios and differences are per-round ratios' and differences' medians`,
     PIN ? '- Pinning: wrk and PostgreSQL on CPU 1; gateways, HAProxy and mock on CPU 0 (taskset)' : '- Pinning: none (taskset missing or fewer than 2 CPUs)',
     '- Gateways (each `workers: 1`, access log off, one provider on the mock, one client key, the model priced): `off` (no ledger section), ' +
       '`sqlite` (`ledger: {}`), `postgres` (`ledger: { store: postgres }`, pool_size 4), `sqlite-always` (`ledger: { fsync: always }`); every request carries the key, ' +
@@ -510,6 +549,9 @@ async function main(): Promise<void> {
         `round ${round + 1}/${S.rounds} ${mode.name.padEnd(18)} ${t.name.padEnd(13)} ${s.rps.toFixed(0).padStart(6)} req/s  p50 ${s.p50.toFixed(2)} ms  p99 ${s.p99.toFixed(2)} ms  ` +
           `cpu ${n(s.cpu)} µs/req  thread ${n(s.threadCpu)}  pg ${n(s.storeCpu)}  lag ${n(s.maxLag)} (${n(s.maxLagSeconds, 3)} s)  catch-up ${n(s.catchUpMs)} ms\n`,
       ),
+    async (round) => {
+      if (round > 0) await restartGateways(gateways, mock.url, postgres);
+    },
   );
   const verified = await verify(gateways, postgres);
   await Promise.all([...gateways.values(), mock, ...(haproxyServer ? [haproxyServer] : [])].map(stop));

@@ -38,7 +38,8 @@ export async function runWrk(url: string, luaFile: string, seconds: number, shap
 /**
  * Interleaved rounds: every target in every mode, once per round, the targets' order rotated each
  * round so that none is always measured first or last. `script(target, mode)` is the wrk script
- * (written once to `dir`); `measure` runs it. Results: mode → target → one sample per round.
+ * (written once to `dir`); `measure` runs it; `beforeRound`, when given, runs before each round (a
+ * bench that restarts its servers does it there). Results: mode → target → one sample per round.
  */
 export async function interleavedRounds<T extends { name: string }, M extends { name: string }, S>(
   targets: readonly T[],
@@ -48,6 +49,7 @@ export async function interleavedRounds<T extends { name: string }, M extends { 
   script: (t: T, mode: M) => string,
   measure: (t: T, mode: M, luaFile: string) => Promise<S>,
   report: (round: number, mode: M, t: T, sample: S) => void,
+  beforeRound?: (round: number) => Promise<void>,
 ): Promise<Map<string, Map<string, S[]>>> {
   const scripts = new Map<string, string>();
   for (const t of targets) {
@@ -59,6 +61,7 @@ export async function interleavedRounds<T extends { name: string }, M extends { 
   }
   const results = new Map(modes.map((m) => [m.name, new Map(targets.map((t) => [t.name, [] as S[]]))]));
   for (let round = 0; round < rounds; round++) {
+    await beforeRound?.(round);
     const order = targets.map((_, i) => targets[(i + round) % targets.length]!);
     for (const mode of modes) {
       for (const t of order) {
