@@ -18,7 +18,9 @@
 //   postgres       `ledger: { store: postgres }` on that PostgreSQL (the spool in the temp dir)
 //   sqlite-always  `ledger: { fsync: always }`
 // Every request carries the key, names a `user` and sends `x-sluice-tags: bench`. Each target is
-// measured non-streaming and streaming (50 chunks), the targets interleaved and their order rotated
+// measured non-streaming and streaming (50 chunks) under wrk's saturating load, and non-streaming
+// paced (about 1,500 requests a second: the p99 of a gateway that is not saturated; see MODES),
+// the targets interleaved and their order rotated
 // every round; wrk (one thread, 32 keep-alive connections) and PostgreSQL on CPU 1, the gateways,
 // HAProxy and the mock on CPU 0 (taskset). CPU per request is utime + stime from /proc over the
 // requests completed: the gateway's (its SQLite thread included, and shown apart: the process's
@@ -89,10 +91,18 @@ const TARGETS: Target[] = [
 const LEDGERS: Via[] = ['sqlite', 'postgres', 'sqlite-always'];
 const GATEWAYS: Via[] = ['off', ...LEDGERS];
 
-interface Mode { name: string; stream: boolean }
+/** `pauseMs`: each connection waits this long after an answer before its next request (wrk's `delay`). */
+interface Mode { name: string; stream: boolean; pauseMs?: number }
+/**
+ * Saturated (wrk as fast as the target answers: its p99 is mostly queueing, and any CPU added shows
+ * in it), and paced: 32 connections pausing 20 ms after each answer, about 1,500 requests a second,
+ * under half of what the slowest gateway here takes, so that its p99 is a request's own latency,
+ * as at the load a gateway is run at.
+ */
 const MODES: Mode[] = [
   { name: 'non-streaming', stream: false },
   { name: 'stream (50 chunks)', stream: true },
+  { name: 'non-streaming, paced', stream: false, pauseMs: 20 },
 ];
 
 const body = (stream: boolean): string =>
@@ -542,7 +552,7 @@ async function main(): Promise<void> {
     MODES,
     S.rounds,
     TMP,
-    (_t, mode) => wrkPostScript(body(mode.stream), headers(mode.stream)),
+    (_t, mode) => wrkPostScript(body(mode.stream), headers(mode.stream)) + (mode.pauseMs !== undefined ? `\ndelay = function() return ${mode.pauseMs} end\n` : ''),
     (t, _mode, luaFile) => measure(t, where(t).url, where(t).server, where(t).gateway, postgres, luaFile),
     (round, mode, t, s) =>
       process.stderr.write(
