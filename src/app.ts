@@ -31,7 +31,8 @@ import { adminRoutes, createStatusFeed } from './wiring/admin-surface.ts';
 import { exitWork } from './wiring/exit-work.ts';
 import { processPlace, startLedger } from './wiring/ledger.ts';
 import { watchBudgets } from './wiring/budget-alerts.ts';
-import { budgetRows } from './wiring/budgets-view.ts';
+import { BudgetSpend } from './wiring/budgets-view.ts';
+import { redactUrlsIn } from './config/redact-url.ts';
 import type { GatewayOptions, PreparedGatewayReload, RunningGateway } from './running-gateway.ts';
 import { isDeepStrictEqual } from 'node:util';
 
@@ -105,6 +106,14 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   gatewayRef = gateway;
   const reloadReport = new ReloadReport(metrics, logger);
   const view = new ProcessView({ version, startedAt, lifecycle, gateway, listeners, metrics, supervision, reloads: reloadReport, options, clock });
+  // A supervisor of workers on Redis reads the budgets' spend there (its own store counts nothing); its client's errors logged at most every 10 s.
+  let budgetErrorLoggedAt = -Infinity;
+  const budgetSpend = new BudgetSpend(limiter.store, () => supervision.workers > 0, (error) => {
+    if (clock.now() - budgetErrorLoggedAt < 10_000) return;
+    budgetErrorLoggedAt = clock.now();
+    const reason = redactUrlsIn(error.message);
+    logger.warn({ event: 'limit_store_error', operation: 'budgets', reason }, `reading the budgets' spend from Redis failed: ${reason}`);
+  });
   const adminParts = {
     version,
     startedAt,
@@ -114,12 +123,12 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
     view,
     logger,
     options,
-    usage: { ledger: ledger?.store, budgets: () => budgetRows(serving, limiter.store) },
+    usage: { ledger: ledger?.store, budgets: () => budgetSpend.rows(serving) },
   };
   const statusFeed = createStatusFeed(adminParts);
   const accessLog = new AccessLog(config.log.access_log ? loggers.access : undefined, metrics);
   const settings = new ProcessSettings({ lifecycle, accessLog, loggers, createAdmin: adminRoutes(adminParts, statusFeed, () => serving) }, config);
-  exit = exitWork({ gateway, configSource: options.configSource, limiter, budgetAlerts, ledger, tracing, statusFeed, lifecycle, supervision, logger });
+  exit = exitWork({ gateway, configSource: options.configSource, limiter, budgetAlerts, budgetSpend, ledger, tracing, statusFeed, lifecycle, supervision, logger });
   const services = {
     lifecycle,
     metrics,

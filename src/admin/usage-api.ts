@@ -37,7 +37,7 @@ const BAD_QUERY = (message: string) => new GatewayError(400, 'invalid_request_er
 /** Serves one of the routes above; `path` is the request's path. */
 export function serveUsage(source: UsageSource, ctx: RequestContext, decision: DrainDecision, path: string, now: number = Date.now()): void {
   const query = new URLSearchParams(queryOf(ctx.req.url));
-  if (path === '/budgets') return answer(ctx, decision, source.budgets().then((budgets) => ({ budgets })));
+  if (path === '/budgets') return answer(ctx, decision, source.budgets().then((budgets) => ({ budgets })), LIMIT_STORE_UNAVAILABLE);
   const ledger = source.ledger;
   if (ledger === undefined) return sendError(ctx, decision, NOT_ENABLED());
   if (path === '/usage') {
@@ -84,12 +84,16 @@ function totals(rows: readonly { requests: number; errors: number; prompt_tokens
 }
 
 /** 200 with the JSON of what `work` resolves to; its GatewayError as such; 503 when the store fails. */
-function answer(ctx: RequestContext, decision: DrainDecision, work: Promise<object>): void {
+const LEDGER_UNAVAILABLE = (): GatewayError => new GatewayError(503, 'server_error', 'ledger_unavailable', 'the ledger store did not answer; try again', { 'retry-after': '1' });
+/** `GET /budgets` reads the limit store (Redis, with `limits.store: redis`), not the ledger's. */
+const LIMIT_STORE_UNAVAILABLE = (): GatewayError => new GatewayError(503, 'server_error', 'limit_store_unavailable', 'the limit store did not answer; try again', { 'retry-after': '1' });
+
+function answer(ctx: RequestContext, decision: DrainDecision, work: Promise<object>, failed: () => GatewayError = LEDGER_UNAVAILABLE): void {
   work.then(
     (body) => {
       if (body instanceof GatewayError) return sendError(ctx, decision, body);
       sendJson(ctx, decision, 200, JSON.stringify(body));
     },
-    () => sendError(ctx, decision, new GatewayError(503, 'server_error', 'ledger_unavailable', 'the ledger store did not answer; try again', { 'retry-after': '1' })),
+    () => sendError(ctx, decision, failed()),
   );
 }

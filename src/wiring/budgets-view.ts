@@ -1,9 +1,54 @@
 // `GET /budgets`: every budget of a key or a team in the config serving, with what its period has
 // spent so far (the limit store's counter) and what is left.
+import { isDeepStrictEqual } from 'node:util';
 import type { BudgetRow } from '../admin/usage-api.ts';
 import type { BudgetConfig, Config } from '../config/schema.ts';
 import { budgetPeriod, teamBudgetId } from '../limits/budgets.ts';
+import { openStore } from '../limits/open-store.ts';
 import type { LimitStore } from '../limits/store.ts';
+
+/**
+ * Where this process reads the spend: its own limit store, except in the supervisor of workers on
+ * Redis. That one keeps no counters (the workers count in Redis; its own store is an unused
+ * memory), so it opens a Redis client of its own when first asked, on the `limits.redis` serving
+ * then, and another after a reload changes it. Closed at the exit.
+ */
+export class BudgetSpend {
+  readonly #own: LimitStore;
+  readonly #supervisesWorkers: () => boolean;
+  readonly #onRedisError: (error: Error) => void;
+  #redis: { settings: unknown; store: Promise<LimitStore> } | undefined;
+
+  constructor(own: LimitStore, supervisesWorkers: () => boolean, onRedisError: (error: Error) => void) {
+    this.#own = own;
+    this.#supervisesWorkers = supervisesWorkers;
+    this.#onRedisError = onRedisError;
+  }
+
+  /** The budgets of `config` as they stand now. */
+  async rows(config: Config): Promise<BudgetRow[]> {
+    return budgetRows(config, await this.#storeFor(config));
+  }
+
+  async close(): Promise<void> {
+    const redis = this.#redis;
+    this.#redis = undefined;
+    if (redis) await (await redis.store).close();
+  }
+
+  #storeFor(config: Config): LimitStore | Promise<LimitStore> {
+    if (config.limits.store !== 'redis' || !this.#supervisesWorkers()) return this.#own;
+    if (this.#redis && isDeepStrictEqual(this.#redis.settings, config.limits.redis)) return this.#redis.store;
+    void this.close().catch(() => undefined);
+    const settings = config.limits;
+    const store = openStore(settings, this.#onRedisError).then(async (opened) => {
+      await opened.ready?.(settings.redis!.connect_timeout_ms);
+      return opened;
+    });
+    this.#redis = { settings: config.limits.redis, store };
+    return store;
+  }
+}
 
 /** The budgets of `config` as they stand at `now`. */
 export async function budgetRows(config: Config, store: LimitStore, now: number = Date.now()): Promise<BudgetRow[]> {

@@ -10,6 +10,7 @@ import type { Lifecycle } from '../lifecycle/lifecycle.ts';
 import type { Limiter } from '../limits/limiter.ts';
 import type { BudgetAlerts } from '../limits/budget-alerts.ts';
 import type { ProcessLedger } from './ledger.ts';
+import type { BudgetSpend } from './budgets-view.ts';
 import type { ConfigSourceControl } from '../running-gateway.ts';
 import { flushLogger, type Logger } from '../telemetry/logger.ts';
 import type { Tracing } from '../telemetry/tracing.ts';
@@ -19,6 +20,8 @@ export interface ExitParts {
   readonly configSource: ConfigSourceControl | undefined;
   readonly limiter: Limiter;
   readonly budgetAlerts: BudgetAlerts | undefined;
+  /** `GET /budgets`' own Redis client, in a supervisor of workers on Redis (closed with the limits). */
+  readonly budgetSpend: BudgetSpend;
   readonly ledger: ProcessLedger | undefined;
   readonly tracing: Tracing | undefined;
   readonly statusFeed: StatusFeed;
@@ -29,12 +32,12 @@ export interface ExitParts {
 
 /** The lifecycle's `shutdown` hook: runs the exit steps; a step that fails is logged (`exit_step_failed`) and the others go on. */
 export function exitWork(parts: ExitParts): (forced: boolean) => Promise<void> {
-  const { gateway, limiter, budgetAlerts, ledger, tracing, statusFeed, lifecycle, supervision, logger } = parts;
+  const { gateway, limiter, budgetAlerts, budgetSpend, ledger, tracing, statusFeed, lifecycle, supervision, logger } = parts;
   return (forced) =>
     new ExitSequence()
       .set('upstream_pools', () => Promise.allSettled([...gateway.routing.providers.values()].map((p) => (forced ? p.destroy() : p.close()))))
       .set('snapshot_write', () => closeSource(parts.configSource, logger))
-      .set('usage_commit', () => closeLimits(limiter, budgetAlerts))
+      .set('usage_commit', () => Promise.all([closeLimits(limiter, budgetAlerts), budgetSpend.close()]))
       .set('ledger_flush', (forced) => flushLedger(ledger, forced, logger))
       .set('tracing_flush', () => tracing?.shutdown())
       .set('status_page', () => statusFeed.close(lifecycle.forcedReason))

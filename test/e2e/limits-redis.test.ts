@@ -9,6 +9,7 @@ import { mockHeader, startMockUpstream, type MockUpstream } from '../support/moc
 import { assertAnthropicError, assertOpenAiError } from '../support/reliability.ts';
 import { redisCheck, startRedis, type RedisServer } from '../support/redis.ts';
 import { startTcpProxy } from '../support/tcp-proxy.ts';
+import { Agent, fetch as undiciFetch } from 'undici';
 
 const skip = redisCheck().skip;
 const USAGE_TOKENS = 18; // the mock's usage: 11 prompt + 7 completion
@@ -156,6 +157,35 @@ describe('limits shared through Redis', { skip }, () => {
     assert.equal(line.cost_usd, 0.016);
     assert.equal(line.key_name, 'budgeted');
     await Promise.all([a.stop(), b.stop()]);
+  });
+
+  test('workers: 2 on Redis: GET /budgets (the supervisor\'s admin API) reads what both workers spent from Redis, and a team\'s too', async () => {
+    const team = { name: 'crew', budget: { usd: 10, period: 'day' } };
+    const key = { name: 'worked', key: 'sk-worked-00000000001', team: 'crew', budget: { usd: 5, period: 'day' } };
+    const gw = await gateway([key], {}, { workers: 2, teams: [team] });
+    // A connection each: the supervisor hands connections to its workers in turn.
+    for (let i = 0; i < 10; i++) {
+      const agent = new Agent();
+      const res = await undiciFetch(`${gw.proxyUrl}/v1/chat/completions`, {
+        method: 'POST',
+        dispatcher: agent,
+        headers: { authorization: `Bearer ${key.key}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'mock-gpt', max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      assert.equal(res.status, 200);
+      await res.text();
+      await agent.close();
+    }
+    const workers = () => new Set(gw.logs.filter((l) => l.event === 'access' && l.key_name === 'worked').map((l) => l.worker));
+    await eventually(() => workers().size === 2, 5000, 'both workers served');
+    const day = new Date().toISOString().slice(0, 10);
+    await eventually(async () => (await redis.cli('GET', `test:sp:worked:${day}`)) === '"180000"', 5000, 'ten requests of $0.018 in Redis');
+    const res = await fetch(`${gw.adminUrl}/budgets`);
+    assert.equal(res.status, 200);
+    const { budgets } = (await res.json()) as { budgets: { scope: string; name: string; spent_usd: number; left_usd: number }[] };
+    const spent = Object.fromEntries(budgets.map((b) => [`${b.scope}:${b.name}`, [b.spent_usd, b.left_usd]]));
+    assert.deepEqual(spent, { 'key:worked': [0.18, 4.82], 'team:crew': [0.18, 9.82] });
+    await gw.stop();
   });
 
   test('Redis stopped under load: on_store_error open lets requests through, closed refuses them (503); no crash, nothing left in flight; back: limits hold again', async () => {
