@@ -83,11 +83,11 @@ function totals(rows: readonly { requests: number; errors: number; prompt_tokens
   return sum;
 }
 
-/** 200 with the JSON of what `work` resolves to; its GatewayError as such; 503 when the store fails. */
 const LEDGER_UNAVAILABLE = (): GatewayError => new GatewayError(503, 'server_error', 'ledger_unavailable', 'the ledger store did not answer; try again', { 'retry-after': '1' });
 /** `GET /budgets` reads the limit store (Redis, with `limits.store: redis`), not the ledger's. */
 const LIMIT_STORE_UNAVAILABLE = (): GatewayError => new GatewayError(503, 'server_error', 'limit_store_unavailable', 'the limit store did not answer; try again', { 'retry-after': '1' });
 
+/** 200 with the JSON of what `work` resolves to; its GatewayError as such; `failed()` (a 503) when the store fails. */
 function answer(ctx: RequestContext, decision: DrainDecision, work: Promise<object>, failed: () => GatewayError = LEDGER_UNAVAILABLE): void {
   work.then(
     (body) => {

@@ -18,6 +18,7 @@ export class BudgetSpend {
   readonly #supervisesWorkers: () => boolean;
   readonly #onRedisError: (error: Error) => void;
   #redis: { settings: unknown; store: Promise<LimitStore> } | undefined;
+  #closed = false;
 
   constructor(own: LimitStore, supervisesWorkers: () => boolean, onRedisError: (error: Error) => void) {
     this.#own = own;
@@ -30,7 +31,13 @@ export class BudgetSpend {
     return budgetRows(config, await this.#storeFor(config));
   }
 
+  /** At the exit: the Redis client closed; a call after it is refused rather than open another. */
   async close(): Promise<void> {
+    this.#closed = true;
+    await this.#dropRedis();
+  }
+
+  async #dropRedis(): Promise<void> {
     const redis = this.#redis;
     this.#redis = undefined;
     if (redis) await (await redis.store).close();
@@ -38,8 +45,9 @@ export class BudgetSpend {
 
   #storeFor(config: Config): LimitStore | Promise<LimitStore> {
     if (config.limits.store !== 'redis' || !this.#supervisesWorkers()) return this.#own;
+    if (this.#closed) return Promise.reject(new Error('the gateway is exiting'));
     if (this.#redis && isDeepStrictEqual(this.#redis.settings, config.limits.redis)) return this.#redis.store;
-    void this.close().catch(() => undefined);
+    void this.#dropRedis().catch(() => undefined);
     const settings = config.limits;
     const store = openStore(settings, this.#onRedisError).then(async (opened) => {
       await opened.ready?.(settings.redis!.connect_timeout_ms);
