@@ -337,6 +337,8 @@ function counterSum(text: string, name: string, labels: Record<string, string>):
 }
 
 interface Counts { finished: number; spooled: number; dropped: number; corrupt: number }
+const NO_COUNTS: Counts = { finished: 0, spooled: 0, dropped: 0, corrupt: 0 };
+const added = (a: Counts, b: Counts): Counts => ({ finished: a.finished + b.finished, spooled: a.spooled + b.spooled, dropped: a.dropped + b.dropped, corrupt: a.corrupt + b.corrupt });
 
 /** What a gateway's processes stopped so far counted (each read once its lag was 0, before its SIGTERM). */
 const retired = new Map<Via, Counts>();
@@ -353,16 +355,10 @@ async function countsOf(g: Gateway): Promise<Counts> {
   };
 }
 
-/** Stops every gateway (its counts kept first) and starts the same again, checked and warmed up. */
+/** Stops every gateway (a ledger's counts kept first) and starts the same again, checked (the measurements warm it up). */
 async function restartGateways(gateways: Map<Via, Gateway>, mockUrl: string, pg: Postgres | undefined): Promise<void> {
   for (const [via, g] of gateways) {
-    if (LEDGERS.includes(via)) {
-      const c = await countsOf(g);
-      const before = retired.get(via) ?? { finished: 0, spooled: 0, dropped: 0, corrupt: 0 };
-      retired.set(via, { finished: before.finished + c.finished, spooled: before.spooled + c.spooled, dropped: before.dropped + c.dropped, corrupt: before.corrupt + c.corrupt });
-    } else {
-      await catchUp(g, performance.now());
-    }
+    if (LEDGERS.includes(via)) retired.set(via, added(retired.get(via) ?? NO_COUNTS, await countsOf(g)));
     await stop(g);
     const fresh = await startGateway(via, mockUrl, pg?.server.url);
     gateways.set(via, fresh);
@@ -378,12 +374,7 @@ async function verify(gateways: Map<Via, Gateway>, pg: Postgres | undefined): Pr
   for (const via of LEDGERS) {
     const g = gateways.get(via);
     if (!g) continue;
-    const now = await countsOf(g);
-    const gone = retired.get(via) ?? { finished: 0, spooled: 0, dropped: 0, corrupt: 0 };
-    const finished = gone.finished + now.finished;
-    const spooled = gone.spooled + now.spooled;
-    const dropped = gone.dropped + now.dropped;
-    const corrupt = gone.corrupt + now.corrupt;
+    const { finished, spooled, dropped, corrupt } = added(retired.get(via) ?? NO_COUNTS, await countsOf(g));
     const s = await stored(g, pg);
     const a = answered.get(via)!;
     const slack = a.runs * S.connections + a.errors;

@@ -23,7 +23,7 @@ import { createUpgradeHandler } from './server/upgrade.ts';
 import { oneProcess } from './cluster/supervision.ts';
 import { ReloadTransaction, ReloadRefused, type ConfigChange } from './reload/transaction.ts';
 import { ReloadReport } from './reload/reload-report.ts';
-import { createLimiter } from './wiring/limiter.ts';
+import { createLimiter, limitStoreErrorLog, limitStoreName } from './wiring/limiter.ts';
 import { gatewayReports, routingEvents } from './wiring/gateway-events.ts';
 import { drainSettings, ProcessSettings } from './wiring/process-settings.ts';
 import { ProcessView } from './wiring/process-view.ts';
@@ -32,7 +32,6 @@ import { exitWork } from './wiring/exit-work.ts';
 import { processPlace, startLedger } from './wiring/ledger.ts';
 import { watchBudgets } from './wiring/budget-alerts.ts';
 import { BudgetSpend } from './wiring/budgets-view.ts';
-import { redactUrlsIn } from './config/redact-url.ts';
 import type { GatewayOptions, PreparedGatewayReload, RunningGateway } from './running-gateway.ts';
 import { isDeepStrictEqual } from 'node:util';
 
@@ -106,14 +105,9 @@ export async function startGateway(fullConfig: Config, loggers: Loggers, version
   gatewayRef = gateway;
   const reloadReport = new ReloadReport(metrics, logger);
   const view = new ProcessView({ version, startedAt, lifecycle, gateway, listeners, metrics, supervision, reloads: reloadReport, options, clock });
-  // A supervisor of workers on Redis reads the budgets' spend there (its own store counts nothing); its client's errors logged at most every 10 s.
-  let budgetErrorLoggedAt = -Infinity;
-  const budgetSpend = new BudgetSpend(limiter.store, () => supervision.workers > 0, (error) => {
-    if (clock.now() - budgetErrorLoggedAt < 10_000) return;
-    budgetErrorLoggedAt = clock.now();
-    const reason = redactUrlsIn(error.message);
-    logger.warn({ event: 'limit_store_error', operation: 'budgets', reason }, `reading the budgets' spend from Redis failed: ${reason}`);
-  });
+  // A supervisor of workers on Redis reads the budgets' spend there (its own store counts nothing).
+  const logStoreError = limitStoreErrorLog(logger, clock);
+  const budgetSpend = new BudgetSpend(limiter.store, () => supervision.workers > 0, (error) => logStoreError(limitStoreName(serving.limits), { operation: 'budgets' }, error));
   const adminParts = {
     version,
     startedAt,

@@ -48,12 +48,12 @@ export class BudgetSpend {
     if (this.#closed) return Promise.reject(new Error('the gateway is exiting'));
     if (this.#redis && isDeepStrictEqual(this.#redis.settings, config.limits.redis)) return this.#redis.store;
     void this.#dropRedis().catch(() => undefined);
-    const settings = config.limits;
-    const store = openStore(settings, this.#onRedisError).then(async (opened) => {
-      await opened.ready?.(settings.redis!.connect_timeout_ms);
+    const limits = config.limits;
+    const store = openStore(limits, this.#onRedisError).then(async (opened) => {
+      await opened.ready?.(limits.redis!.connect_timeout_ms);
       return opened;
     });
-    this.#redis = { settings: config.limits.redis, store };
+    this.#redis = { settings: limits.redis, store };
     return store;
   }
 }

@@ -10,17 +10,28 @@ import type { Clock } from '../lifecycle/clock.ts';
 import type { Logger } from '../telemetry/logger.ts';
 import type { Metrics } from '../telemetry/metrics.ts';
 
-/** Store errors are counted always and logged once every 10 s. Warns when Redis cannot be reached at start. */
-export async function createLimiter(config: Config, logger: Logger, metrics: Metrics, given: LimitStore | undefined, clock: Clock): Promise<Limiter> {
+/** Where a limit store is, as its log lines say it: Redis's URL redacted, or `memory`. */
+export function limitStoreName(settings: Config['limits']): string {
+  return settings.store === 'redis' ? redactUrl(settings.redis!.url) : settings.store;
+}
+
+/** A limit store's errors as `limit_store_error` lines, at most one every 10 s (they come with every request while it is away). */
+export function limitStoreErrorLog(logger: Logger, clock: Clock): (where: string, fields: object, error: Error) => void {
   let lastLogged = -Infinity;
-  const where = config.limits.store === 'redis' ? redactUrl(config.limits.redis!.url) : config.limits.store;
-  const logError = (fields: object, error: Error) => {
+  return (where, fields, error) => {
     const now = clock.now();
     if (now - lastLogged < 10_000) return;
     lastLogged = now;
     const reason = redactUrlsIn(error.message);
     logger.warn({ event: 'limit_store_error', store: where, reason, ...fields }, `the limit store (${where}) failed: ${reason}`);
   };
+}
+
+/** Store errors are counted always and logged once every 10 s. Warns when Redis cannot be reached at start. */
+export async function createLimiter(config: Config, logger: Logger, metrics: Metrics, given: LimitStore | undefined, clock: Clock): Promise<Limiter> {
+  const where = limitStoreName(config.limits);
+  const logStoreError = limitStoreErrorLog(logger, clock);
+  const logError = (fields: object, error: Error) => logStoreError(where, fields, error);
   const store = given ?? (await openStore(config.limits, (error) => logError({ operation: 'connect' }, error)));
   const events: LimitEvents = {
     refused: (key, scope, limit) => metrics.rateLimited.add(1, key, scope, limit),
