@@ -159,7 +159,7 @@ describe('limits shared through Redis', { skip }, () => {
     await Promise.all([a.stop(), b.stop()]);
   });
 
-  test('workers: 2 on Redis: GET /budgets (the supervisor\'s admin API) reads what both workers spent from Redis, and a team\'s too', async () => {
+  test('workers: 2 on Redis: GET /budgets (the supervisor\'s admin API) reads what both workers spent from Redis, and a team\'s too; L9: its client is closed at the exit with the workers\'', async () => {
     const team = { name: 'crew', budget: { usd: 10, period: 'day' } };
     const key = { name: 'worked', key: 'sk-worked-00000000001', team: 'crew', budget: { usd: 5, period: 'day' } };
     const gw = await gateway([key], {}, { workers: 2, teams: [team] });
@@ -185,7 +185,15 @@ describe('limits shared through Redis', { skip }, () => {
     const { budgets } = (await res.json()) as { budgets: { scope: string; name: string; spent_usd: number; left_usd: number }[] };
     const spent = Object.fromEntries(budgets.map((b) => [`${b.scope}:${b.name}`, [b.spent_usd, b.left_usd]]));
     assert.deepEqual(spent, { 'key:worked': [0.18, 4.82], 'team:crew': [0.18, 9.82] });
-    await gw.stop();
+    // L9 (docs/graceful-shutdown.md: "the etcd and Redis clients closed"): each client says QUIT at
+    // the exit, the supervisor's for the budgets as well as each worker's (a process that only dies
+    // sends none).
+    const quits = async () => Number(/cmdstat_quit:calls=(\d+)/.exec(await redis.cli('INFO', 'commandstats'))?.[1] ?? 0);
+    const before = await quits();
+    gw.signal('SIGTERM');
+    assert.equal((await gw.exited).code, 0);
+    assert.equal(await quits(), before + 3, 'two workers\' clients and the supervisor\'s');
+    assert.deepEqual(gw.logs.filter((l) => l.event === 'exit_step_failed'), []);
   });
 
   test('Redis stopped under load: on_store_error open lets requests through, closed refuses them (503); no crash, nothing left in flight; back: limits hold again', async () => {
