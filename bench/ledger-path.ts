@@ -12,13 +12,13 @@
 // as a ledger some days old is: what an insert costs depends on the size of the indexes it goes into.
 //
 //   npm run build && node bench/ledger-path.ts [--rate N] [--seconds S] [--rounds N] [--ids v7|v4] [--rows N]
-import { randomUUID } from 'node:crypto';
 import { copyFileSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { spawnSync } from 'node:child_process';
 import { median } from './stats.ts';
+import { idMaker, sampleRecord as makeRecord } from './ledger-sample.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values } = parseArgs({
@@ -43,56 +43,13 @@ interface Sample {
   processUs: number;
 }
 
-/** The gateway's request ids (`--ids v7`, src/server/request-id.ts), or random ones (`--ids v4`). */
-async function idMaker(): Promise<(nowMs: number) => string> {
-  if (values.ids === 'v4') return () => randomUUID();
-  const { requestId } = (await import(join(ROOT, 'dist/server/request-id.js'))) as typeof import('../src/server/request-id.ts');
-  return requestId;
-}
-
-/** A record as ledgerRecord makes one for a plain chat request (about 640 bytes of JSON). */
-function makeRecord(newId: (nowMs: number) => string, now: number) {
-  return {
-    id: newId(now),
-    kind: 'request' as const,
-    started_at: now - 1,
-    first_byte_ms: 0,
-    ended_at: now,
-    key: 'k1',
-    team: '',
-    user: 'alice',
-    metadata: null,
-    tags: ['bench'],
-    api: 'openai',
-    endpoint: 'chat',
-    model: 'echo',
-    route: 'echo',
-    provider: 'echo',
-    served_model: 'echo',
-    attempts: [{ target: 'echo/echo', outcome: 'success', status: 200, ms: 0 }],
-    status: 200,
-    error: '',
-    prompt_tokens: 12,
-    completion_tokens: 9,
-    cached_tokens: 0,
-    cache_write_tokens: 0,
-    usage_estimated: false,
-    cost_micros: null,
-    bytes_in: 93,
-    bytes_out: 400,
-    listener: 'proxy',
-    worker: 0,
-    generation: 0,
-  };
-}
-
 /** A SQLite file holding `rows` records spread over the week before now (made once; each round copies it). */
 async function grownLedger(rows: number): Promise<string> {
   const { openLedgerStore } = (await import(join(ROOT, 'dist/ledger/open-store.js'))) as typeof import('../src/ledger/open-store.ts');
   const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-path-template-'));
   const path = join(dir, 'ledger.sqlite');
   const store = await openLedgerStore({ kind: 'sqlite', path });
-  const newId = await idMaker();
+  const newId = await idMaker(values.ids as 'v7' | 'v4');
   const start = Date.now() - 7 * 86_400_000;
   const step = (7 * 86_400_000) / rows;
   for (let i = 0; i < rows; ) {
@@ -112,7 +69,7 @@ async function child(on: boolean, template: string | undefined): Promise<Sample>
   const dir = mkdtempSync(join(tmpdir(), 'sluice-ledger-path-'));
   if (template !== undefined) copyFileSync(template, join(dir, 'ledger.sqlite'));
   const store = await openLedgerStore({ kind: 'sqlite', path: join(dir, 'ledger.sqlite') });
-  const newId = await idMaker();
+  const newId = await idMaker(values.ids as 'v7' | 'v4');
   const spool = new Spool({ dir: join(dir, 'spool') });
   const shipper = new Shipper({ spool, store: { insert: (r) => store.insert(r), insertLines: (b) => store.insertLines(b) } });
   await shipper.start();
