@@ -1,0 +1,239 @@
+// The usage ledger's floor (#28): what each step of a record's way costs at the least on this
+// machine, each step alone in a loop over the same records in one process, with nothing else
+// running in it. On the event loop: the record's JSON (V8's JSON.stringify, and a serializer of
+// our own beside it, checked to write the same text), and the spool's whole `append` (the JSON,
+// its line encoded into the pending buffer, its CRC-32). In the SQLite store's thread, as
+// sqlite-thread.ts does them: the lines' checksums, their parse, the rows' values, and node:sqlite's
+// insert of each row into a table of the ledger's 30 columns three ways: no key and no index, the
+// key only, and the ledger's own schema (the key and its three indexes); then the thread's whole
+// `insertLines`. A step's figure is a floor for any ledger that does that step: the whole path
+// costs at least their sum.
+//
+//   npm run build && node bench/ledger-floor.ts [--records N] [--rounds N]
+// Writes bench/results/ledger-floor.md.
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { cpus, tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { execFileSync } from 'node:child_process';
+import { parseArgs } from 'node:util';
+import { DatabaseSync, type SQLInputValue } from 'node:sqlite';
+import type { LedgerRecord } from '../src/ledger/record.ts';
+import { idMaker, sampleRecord } from './ledger-sample.ts';
+import { median } from './stats.ts';
+
+const ROOT = resolve(import.meta.dirname, '..');
+const { values } = parseArgs({ options: { records: { type: 'string', default: '50000' }, rounds: { type: 'string', default: '5' } } });
+const N = Number(values.records);
+const ROUNDS = Number(values.rounds);
+/** Records per transaction, as the shipper sends them (a batch of at most 500). */
+const BATCH = 500;
+
+const dist = async <T>(path: string): Promise<T> => (await import(join(ROOT, 'dist', path))) as T;
+const { encodeLine, checkLines, recordsOf } = await dist<typeof import('../src/ledger/line.ts')>('ledger/line.js');
+const { COLUMNS, col, recordRow } = await dist<typeof import('../src/ledger/store.ts')>('ledger/store.js');
+const { migrationSql, schemaTableSql } = await dist<typeof import('../src/ledger/migrations.ts')>('ledger/migrations.js');
+const { Spool } = await dist<typeof import('../src/ledger/spool.ts')>('ledger/spool.js');
+
+const newId = await idMaker('v7');
+const start = Date.now();
+const records: LedgerRecord[] = Array.from({ length: N }, (_, i) => sampleRecord(newId, start + i));
+const lines = records.map((r) => encodeLine(r));
+/** The lines as the shipper hands them over: a chunk of whole lines per batch. */
+const chunks: Buffer[] = [];
+for (let i = 0; i < N; i += BATCH) chunks.push(Buffer.from(lines.slice(i, i + BATCH).join('')));
+/** Each batch's lines as `checkLines` gives them to the parse: their JSON. */
+const jsonBatches: string[][] = chunks.map((c) => checkLines(c).lines);
+const parsed = recordsOf(checkLines(Buffer.from(lines.join(''))).lines).records;
+const rows = parsed.map((r) => recordRow(r, 'sqlite') as SQLInputValue[]);
+
+/** A JSON serializer of our own for the record (template strings; a string checked for what JSON escapes). */
+const ESCAPED = /[\u0000-\u001f"\\\ud800-\udfff]/;
+const str = (v: string): string => (ESCAPED.test(v) ? JSON.stringify(v) : `"${v}"`);
+function ownJson(r: LedgerRecord): string {
+  let attempts = '[';
+  for (let i = 0; i < r.attempts.length; i++) {
+    const a = r.attempts[i]!;
+    attempts += `${i > 0 ? ',' : ''}{"target":${str(a.target)},"outcome":${str(a.outcome)}${a.status === undefined ? '' : `,"status":${a.status}`},"ms":${a.ms}}`;
+  }
+  attempts += ']';
+  const tags = `[${r.tags.map(str).join(',')}]`;
+  return (
+    `{"id":${str(r.id)},"kind":${str(r.kind)},"started_at":${r.started_at},"first_byte_ms":${r.first_byte_ms},"ended_at":${r.ended_at},` +
+    `"key":${str(r.key)},"team":${str(r.team)},"user":${str(r.user)},"metadata":${JSON.stringify(r.metadata)},"tags":${tags},` +
+    `"api":${str(r.api)},"endpoint":${str(r.endpoint)},"model":${str(r.model)},"route":${str(r.route)},"provider":${str(r.provider)},` +
+    `"served_model":${str(r.served_model)},"attempts":${attempts},"status":${r.status},"error":${str(r.error)},` +
+    `"prompt_tokens":${r.prompt_tokens},"completion_tokens":${r.completion_tokens},"cached_tokens":${r.cached_tokens},` +
+    `"cache_write_tokens":${r.cache_write_tokens},"usage_estimated":${r.usage_estimated},"cost_micros":${r.cost_micros},` +
+    `"bytes_in":${r.bytes_in},"bytes_out":${r.bytes_out},"listener":${str(r.listener)},"worker":${r.worker},"generation":${r.generation}}`
+  );
+}
+if (ownJson(records[0]!) !== JSON.stringify(records[0])) throw new Error('the serializer of our own does not write what JSON.stringify writes');
+
+const TMP = mkdtempSync(join(tmpdir(), 'sluice-ledger-floor-'));
+process.on('exit', () => rmSync(TMP, { recursive: true, force: true }));
+
+/** A fresh database file: the ledger's schema, or a table of its columns made by `ddl`. */
+function database(name: string, ddl?: string): DatabaseSync {
+  const db = new DatabaseSync(join(TMP, `${name}.sqlite`));
+  // As the store's thread opens it (sqlite-thread.ts).
+  db.exec('PRAGMA journal_mode = WAL');
+  db.exec('PRAGMA synchronous = NORMAL');
+  if (ddl !== undefined) db.exec(ddl);
+  else {
+    db.exec(schemaTableSql('sqlite'));
+    for (const sql of migrationSql(0, 'sqlite', Date.now())) db.exec(sql);
+  }
+  return db;
+}
+const INSERT = `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) VALUES (${COLUMNS.map(() => '?').join(', ')})`;
+/** The store's own statement (sqlite-thread.ts): a record already there is skipped. */
+const INSERT_ONCE = `${INSERT} ON CONFLICT (id) DO NOTHING`;
+const columnsDdl = (id: string) => `CREATE TABLE ledger_requests (${COLUMNS.map((c) => (c === 'id' ? id : col(c))).join(', ')})`;
+
+/** Each row inserted by `sql`, BATCH to a transaction. */
+function insertAll(db: DatabaseSync, sql: string, each: (i: number) => SQLInputValue[]): void {
+  const insert = db.prepare(sql);
+  for (let i = 0; i < N; i += BATCH) {
+    db.exec('BEGIN IMMEDIATE');
+    for (let j = i; j < Math.min(N, i + BATCH); j++) insert.run(...each(j));
+    db.exec('COMMIT');
+  }
+}
+
+interface Step {
+  readonly name: string;
+  readonly where: 'event loop' | 'store thread';
+  /** Made before the timing (a database file); its work is timed. */
+  run(round: number): () => void;
+}
+
+let sink = 0;
+/** Where the JSON steps copy their text (as the spool's append copies it into its pending buffer). */
+const scratch = Buffer.alloc(1 << 16);
+/** Each database file its own name. */
+let databases = 0;
+/** Closed after each round, out of the timing. */
+const closing: (() => Promise<void>)[] = [];
+
+/** A step that is a loop over what was made before the timing. */
+const loop = (name: string, where: Step['where'], body: () => void): Step => ({ name, where, run: () => body });
+
+/** A step that inserts every row into a fresh database (the ledger's schema, or `ddl`'s table) with `sql`. */
+const inserting = (name: string, ddl: string | undefined, sql: string, values: (i: number) => SQLInputValue[]): Step => ({
+  name,
+  where: 'store thread',
+  run: (round) => {
+    const db = database(`db-${++databases}-${round}`, ddl);
+    return () => {
+      insertAll(db, sql, values);
+      db.close();
+    };
+  },
+});
+
+const STEPS: Step[] = [
+  loop("the record's JSON (`JSON.stringify`), copied into a buffer as UTF-8", 'event loop', () => {
+    for (const r of records) sink += scratch.write(JSON.stringify(r), 0);
+  }),
+  loop("the record's JSON by a serializer of our own (the same text), copied into a buffer as UTF-8", 'event loop', () => {
+    // The copy counts: a text made of pieces is joined when it is first read whole.
+    for (const r of records) sink += scratch.write(ownJson(r), 0);
+  }),
+  {
+    name: "the spool's `append` (the JSON, the line encoded into the pending buffer, its CRC-32; written later)",
+    where: 'event loop',
+    run: (round) => {
+      const spool = new Spool({ dir: join(TMP, `spool-${round}`), fsyncMs: 3_600_000 });
+      closing.push(() => spool.close());
+      return () => {
+        for (const r of records) spool.append(r);
+      };
+    },
+  },
+  loop("the lines' checksums (`checkLines`)", 'store thread', () => {
+    for (const c of chunks) sink += checkLines(c).lines.length;
+  }),
+  loop('the lines parsed (`JSON.parse`, `recordsOf`)', 'store thread', () => {
+    for (const batch of jsonBatches) sink += recordsOf(batch).records.length;
+  }),
+  loop("the rows' values (`recordRow`)", 'store thread', () => {
+    for (const r of parsed) sink += recordRow(r, 'sqlite').length;
+  }),
+  inserting('insert, one column (`id`) of a table with no key and no index', columnsDdl('id'), 'INSERT INTO ledger_requests (id) VALUES (?)', (i) => [rows[i]![0]!]),
+  inserting('insert, the 30 columns, no key and no index', columnsDdl('id'), INSERT, (i) => rows[i]!),
+  inserting('insert, the 30 columns, the key (`id`) only', columnsDdl('id TEXT PRIMARY KEY'), INSERT_ONCE, (i) => rows[i]!),
+  inserting("insert, the ledger's schema (the key and three indexes)", undefined, INSERT_ONCE, (i) => rows[i]!),
+  {
+    // What sqlite-thread.ts's `insertLines` does with each batch, here on this thread.
+    name: "the thread's whole `insertLines`: checksums, parse, values, insert into the ledger's schema",
+    where: 'store thread',
+    run: (round) => {
+      const db = database(`db-${++databases}-${round}`);
+      return () => {
+        const insert = db.prepare(INSERT_ONCE);
+        for (const chunk of chunks) {
+          const { records: batch } = recordsOf(checkLines(chunk).lines);
+          db.exec('BEGIN IMMEDIATE');
+          for (const r of batch) insert.run(...(recordRow(r, 'sqlite') as SQLInputValue[]));
+          db.exec('COMMIT');
+        }
+        db.close();
+      };
+    },
+  },
+];
+
+/** CPU µs per record of one step's loop, on this thread. */
+function timed(work: () => void): number {
+  const t0 = process.threadCpuUsage();
+  work();
+  const t = process.threadCpuUsage(t0);
+  return (t.user + t.system) / N;
+}
+
+const samples = new Map<Step, number[]>();
+for (let round = 0; round < ROUNDS; round++) {
+  for (const step of STEPS) {
+    const s = timed(step.run(round));
+    let list = samples.get(step);
+    if (!list) samples.set(step, (list = []));
+    list.push(s);
+    process.stdout.write(`round ${round + 1}/${ROUNDS} ${s.toFixed(2).padStart(6)} µs/record  ${step.name}\n`);
+  }
+  for (const close of closing.splice(0)) await close();
+}
+if (sink === 0) throw new Error('nothing was measured');
+
+const med = (step: Step) => median(samples.get(step)!);
+const byName = (prefix: string) => STEPS.find((s) => s.name.startsWith(prefix))!;
+const loopFloor = med(byName('the spool'));
+const threadFloor = med(byName('the thread'));
+const sqliteVersion = String((new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get() as { v: string }).v);
+const head = (() => {
+  try {
+    return execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: ROOT, encoding: 'utf8' }).trim();
+  } catch {
+    return 'unknown';
+  }
+})();
+const report = [
+  '# Sluice usage ledger: the floor of a record\'s way (#28)',
+  '',
+  `- Date: ${new Date().toISOString()}; \`node bench/ledger-floor.ts\`; HEAD ${head} (its build in dist/)`,
+  `- CPU: ${cpus()[0]?.model ?? 'unknown'}, ${cpus().length} cores; Node ${process.version}; SQLite ${sqliteVersion} (node:sqlite); WAL, synchronous NORMAL, as the store opens it`,
+  `- ${N} records of a plain chat request (bench/ledger-sample.ts, about ${Math.round(lines[0]!.length)} bytes a line), each step alone in a loop over all of them, ${BATCH} rows to a transaction; ${ROUNDS} rounds, medians; CPU of the thread that ran the loop (process.threadCpuUsage) per record`,
+  '',
+  '| where | step | µs/record | min | max |',
+  '|---|---|--:|--:|--:|',
+  ...STEPS.map((step) => {
+    const xs = samples.get(step)!;
+    return `| ${step.where} | ${step.name} | ${med(step).toFixed(2)} | ${Math.min(...xs).toFixed(2)} | ${Math.max(...xs).toFixed(2)} |`;
+  }),
+  '',
+  `The event loop's floor is the spool's \`append\`: ${loopFloor.toFixed(1)} µs a record (a record's JSON and its copy alone: ${med(STEPS[0]!).toFixed(1)}); ` +
+    `the store thread's, its whole \`insertLines\`: ${threadFloor.toFixed(1)} µs. Together ${(loopFloor + threadFloor).toFixed(1)} µs a record, ` +
+    'before the record is built from the request, the spool\'s writes, the shipper\'s reads and any cost of sharing the CPU with the gateway.',
+  '',
+].join('\n');
+writeFileSync(join(ROOT, 'bench/results/ledger-floor.md'), report);
+process.stdout.write(`\n${report}`);
