@@ -141,9 +141,9 @@ export class PostgresStore implements LedgerStore {
 
   /**
    * The spool's lines: checked here, then sent as one JSON array that the server parses. A batch it
-   * refuses as data (class 22: a text it cannot hold, or a line that is not JSON) is parsed here,
-   * line by line, and goes through `insert`, which cleans each value; a line that is no record is
-   * counted as corrupt.
+   * refuses as data (class 22: a number that is not a whole one in a bigint's range, a text it
+   * cannot hold, a line that is not JSON) is parsed here, line by line, and goes through `insert`,
+   * which rounds and cleans each value; a line that is no record is counted as corrupt.
    */
   async insertLines(bytes: Buffer): Promise<LinesInserted> {
     const { lines, corrupt } = checkLines(bytes);

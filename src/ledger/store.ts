@@ -290,23 +290,26 @@ export function insertStatement(records: readonly LedgerRecord[], dialect: Diale
 
 /**
  * PostgreSQL: one INSERT of the records given as a JSON array's text (`$1`), parsed by the server:
- * the gateway builds no parameter per field. Numbers are rounded as `wholeNumber` does; a record
- * holds no text PostgreSQL refuses (the record's builder made it so), and a batch it refuses all
- * the same is inserted again through `insertStatement`, which cleans each value.
+ * the gateway builds no parameter per field. The text is read as `json`, each record once, straight
+ * into the row's types: its numbers as `bigint` (the record's builder writes whole ones). A batch
+ * the server refuses as data (class 22: a number with a fraction or out of range, a text it cannot
+ * hold, a line that is no object) is inserted again through `insertStatement`, which rounds and
+ * cleans each value. Read as `jsonb` with its numbers as `numeric` and rounded, the same batch cost
+ * the server 8 to 17 % more CPU a record (`bench/ledger-floor.ts`).
  */
 export const POSTGRES_JSON_INSERT = ((): string => {
-  const typeOf = (name: Column) => (JSON_COLUMNS.has(name) ? 'jsonb' : name === 'usage_estimated' ? 'boolean' : NUMBER_COLUMNS.has(name) ? 'numeric' : 'text');
+  const typeOf = (name: Column) => (JSON_COLUMNS.has(name) ? 'jsonb' : name === 'usage_estimated' ? 'boolean' : NUMBER_COLUMNS.has(name) ? 'bigint' : 'text');
   const value = (name: Column) => {
     const c = `r.${col(name)}`;
     if (JSON_COLUMNS.has(name)) return name === 'metadata' ? c : `COALESCE(${c}, '[]'::jsonb)`;
     if (name === 'usage_estimated') return `COALESCE(${c}, false)`;
-    if (NULLABLE_NUMBERS.has(name)) return `round(${c})::bigint`;
-    if (NUMBER_COLUMNS.has(name)) return `COALESCE(round(${c}), 0)::bigint`;
+    if (NULLABLE_NUMBERS.has(name)) return c;
+    if (NUMBER_COLUMNS.has(name)) return `COALESCE(${c}, 0)`;
     return `COALESCE(${c}, '')`;
   };
   return (
     `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) SELECT ${COLUMNS.map(value).join(', ')} ` +
-    `FROM jsonb_to_recordset($1::jsonb) AS r(${COLUMNS.map((name) => `${col(name)} ${typeOf(name)}`).join(', ')}) WHERE r.id IS NOT NULL ON CONFLICT (id) DO NOTHING`
+    `FROM json_to_recordset($1::json) AS r(${COLUMNS.map((name) => `${col(name)} ${typeOf(name)}`).join(', ')}) WHERE r.id IS NOT NULL ON CONFLICT (id) DO NOTHING`
   );
 })();
 
@@ -314,10 +317,10 @@ export const POSTGRES_JSON_INSERT = ((): string => {
 export const POSTGRES_JSON_BODIES_INSERT =
   'INSERT INTO ledger_bodies (id, request_body, response_body, request_truncated, response_truncated, encoding, ended_at) ' +
   "SELECT r.id, COALESCE(b.request_body, ''), COALESCE(b.response_body, ''), COALESCE(b.request_truncated, false), COALESCE(b.response_truncated, false), " +
-  "CASE WHEN b.encoding = 'base64' THEN 'base64' ELSE 'utf8' END, COALESCE(round(r.ended_at), 0)::bigint " +
-  'FROM jsonb_to_recordset($1::jsonb) AS r(id text, ended_at numeric, bodies jsonb) ' +
-  'CROSS JOIN LATERAL jsonb_to_record(r.bodies) AS b(request_body text, response_body text, request_truncated boolean, response_truncated boolean, encoding text) ' +
-  "WHERE r.id IS NOT NULL AND jsonb_typeof(r.bodies) = 'object' ON CONFLICT (id) DO NOTHING";
+  "CASE WHEN b.encoding = 'base64' THEN 'base64' ELSE 'utf8' END, COALESCE(r.ended_at, 0) " +
+  'FROM json_to_recordset($1::json) AS r(id text, ended_at bigint, bodies json) ' +
+  'CROSS JOIN LATERAL json_to_record(r.bodies) AS b(request_body text, response_body text, request_truncated boolean, response_truncated boolean, encoding text) ' +
+  "WHERE r.id IS NOT NULL AND json_typeof(r.bodies) = 'object' ON CONFLICT (id) DO NOTHING";
 
 /** The columns of `ledger_bodies`, in the order of `bodiesRow`. */
 export const BODY_COLUMNS = ['id', 'request_body', 'response_body', 'request_truncated', 'response_truncated', 'encoding', 'ended_at'] as const;

@@ -198,6 +198,43 @@ describe('the PostgreSQL ledger store', { skip }, () => {
     assert.deepEqual(await store.request(records[123]!.id), records[123]);
   });
 
+  test("the spool's good lines go in as one JSON text the server reads, never record by record; their bodies too, each once", async () => {
+    const db = await database();
+    const store = await open(db.url);
+    // Record by record (each line parsed here and each value bound) is only for a batch the server refuses.
+    store.insert = () => Promise.reject(new Error('the lines went in record by record'));
+    const records = sample(400, 5, 'fast').map((r, i) =>
+      i % 2 === 0 ? { ...r, bodies: { request_body: `{"n":${i}}`, response_body: 'ok', request_truncated: false, response_truncated: i % 4 === 0, encoding: 'utf8' as const } } : r,
+    );
+    const bytes = Buffer.from(records.map(encodeLine).join(''));
+    assert.deepEqual(await store.insertLines(bytes), { added: 400, corrupt: 0 });
+    assert.deepEqual(await store.insertLines(bytes), { added: 0, corrupt: 0 }, 'sent again: nothing twice');
+    for (const r of records.slice(0, 5)) assert.deepEqual(await store.request(r.id), r);
+    assert.equal(await pg.psql('SELECT COUNT(*), COUNT(DISTINCT id), SUM(CASE WHEN response_truncated THEN 1 ELSE 0 END) FROM ledger_bodies', db.name), '200|200|100');
+  });
+
+  test("lines the server refuses as data go in record by record, rounded and cleaned: a number with a fraction or past a bigint (an older Sluice's spool, a provider's odd usage), a NUL, a lone surrogate", async () => {
+    const db = await database();
+    const store = await open(db.url);
+    const odd = [
+      record({ id: 'fraction', first_byte_ms: 12.5, prompt_tokens: 3.7 }),
+      record({ id: 'huge', completion_tokens: 1e300, cost_micros: 2 ** 70 }),
+      record({ id: 'nul', user: 'a\u0000b' }),
+      record({ id: 'surrogate', tags: ['x\ud800'] }),
+    ];
+    for (const r of odd) {
+      const batch = [...sample(10, 6, r.id), r];
+      assert.deepEqual(await store.insertLines(Buffer.from(batch.map(encodeLine).join(''))), { added: 11, corrupt: 0 }, r.id);
+    }
+    const fraction = await store.request('fraction');
+    assert.deepEqual([fraction?.first_byte_ms, fraction?.prompt_tokens], [13, 4]);
+    const huge = await store.request('huge');
+    assert.deepEqual([huge?.completion_tokens, huge?.cost_micros], [Number.MAX_SAFE_INTEGER, Number.MAX_SAFE_INTEGER]);
+    assert.equal((await store.request('nul'))?.user, 'a\uFFFDb');
+    assert.deepEqual((await store.request('surrogate'))?.tags, ['x\uFFFD']);
+    assert.equal(await pg.psql('SELECT COUNT(*), COUNT(DISTINCT id) FROM ledger_requests', db.name), '44|44');
+  });
+
   test('a batch is one transaction: one record refused (by a trigger), none of the batch is there (500, and 1500 in several statements)', async () => {
     const db = await database();
     const store = await open(db.url);
