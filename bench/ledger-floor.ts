@@ -7,19 +7,23 @@
 // insert of each row into a table of the ledger's 30 columns three ways: no key and no index, the
 // key only, and the ledger's own schema (the key and its three indexes); then the thread's whole
 // `insertLines`. A step's figure is a floor for any ledger that does that step: the whole path
-// costs at least their sum.
+// costs at least their sum. With PostgreSQL installed (Debian's postgresql; a server of its own on
+// a loopback port, test/support/postgres.ts), also what the PostgreSQL store's INSERT of a batch's
+// lines (one JSON text the server reads) costs the server: its backend's CPU per record.
 //
 //   npm run build && node bench/ledger-floor.ts [--records N] [--rounds N]
 // Writes bench/results/ledger-floor.md.
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { parseArgs } from 'node:util';
 import { DatabaseSync, type SQLInputValue } from 'node:sqlite';
 import type { LedgerRecord } from '../src/ledger/record.ts';
 import { idMaker, sampleRecord } from './ledger-sample.ts';
 import { median } from './stats.ts';
+import { postgresCheck, startPostgres } from '../test/support/postgres.ts';
 
 const ROOT = resolve(import.meta.dirname, '..');
 const { values } = parseArgs({ options: { records: { type: 'string', default: '50000' }, rounds: { type: 'string', default: '5' } } });
@@ -30,7 +34,7 @@ const BATCH = 500;
 
 const dist = async <T>(path: string): Promise<T> => (await import(join(ROOT, 'dist', path))) as T;
 const { encodeLine, checkLines, recordsOf } = await dist<typeof import('../src/ledger/line.ts')>('ledger/line.js');
-const { COLUMNS, col, recordRow } = await dist<typeof import('../src/ledger/store.ts')>('ledger/store.js');
+const { COLUMNS, col, recordRow, POSTGRES_JSON_INSERT } = await dist<typeof import('../src/ledger/store.ts')>('ledger/store.js');
 const { migrationSql, schemaTableSql } = await dist<typeof import('../src/ledger/migrations.ts')>('ledger/migrations.js');
 const { Spool } = await dist<typeof import('../src/ledger/spool.ts')>('ledger/spool.js');
 
@@ -204,6 +208,77 @@ for (let round = 0; round < ROUNDS; round++) {
 }
 if (sink === 0) throw new Error('nothing was measured');
 
+/**
+ * The same batch read as `jsonb`, its numbers as `numeric` and rounded: the PostgreSQL store's
+ * statement until 2026-12-04, measured beside the store's own in the same server, round by round.
+ */
+const JSONB_NUMERIC_INSERT = ((): string => {
+  const json = new Set<string>(['metadata', 'tags', 'attempts']);
+  const numbers = new Set<string>(['started_at', 'first_byte_ms', 'ended_at', 'status', 'prompt_tokens', 'completion_tokens', 'cached_tokens', 'cache_write_tokens', 'cost_micros', 'bytes_in', 'bytes_out', 'worker', 'generation']);
+  const type = (name: string) => (json.has(name) ? 'jsonb' : name === 'usage_estimated' ? 'boolean' : numbers.has(name) ? 'numeric' : 'text');
+  const value = (name: string) => {
+    const c = `r.${col(name)}`;
+    if (json.has(name)) return name === 'metadata' ? c : `COALESCE(${c}, '[]'::jsonb)`;
+    if (name === 'usage_estimated') return `COALESCE(${c}, false)`;
+    if (name === 'first_byte_ms' || name === 'cost_micros') return `round(${c})::bigint`;
+    if (numbers.has(name)) return `COALESCE(round(${c}), 0)::bigint`;
+    return `COALESCE(${c}, '')`;
+  };
+  return (
+    `INSERT INTO ledger_requests (${COLUMNS.map(col).join(', ')}) SELECT ${COLUMNS.map(value).join(', ')} ` +
+    `FROM jsonb_to_recordset($1::jsonb) AS r(${COLUMNS.map((name) => `${col(name)} ${type(name)}`).join(', ')}) WHERE r.id IS NOT NULL ON CONFLICT (id) DO NOTHING`
+  );
+})();
+
+/** /proc's CPU times are in clock ticks. */
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+const POSTGRES_STATEMENTS = [
+  { name: "the PostgreSQL store's INSERT of a batch's lines: one JSON text the server reads as `json`, numbers as `bigint`", sql: POSTGRES_JSON_INSERT },
+  { name: 'the same batch read as `jsonb`, numbers as `numeric`, rounded (the statement before)', sql: JSONB_NUMERIC_INSERT },
+];
+
+/** Each PostgreSQL statement for every batch, on one connection, in turn each round: its backend's CPU per record, a sample a round. */
+async function postgresInserts(): Promise<number[][] | undefined> {
+  if (postgresCheck().skip !== false) return undefined;
+  const { openLedgerStore } = await dist<typeof import('../src/ledger/open-store.ts')>('ledger/open-store.js');
+  const pg = createRequire(import.meta.url)('pg') as typeof import('pg');
+  const server = await startPostgres();
+  try {
+    // The store's own open: its schema, migrated.
+    await (await openLedgerStore({ kind: 'postgres', url: server.url })).close();
+    const client = new pg.Client({ connectionString: server.url });
+    await client.connect();
+    const pid = Number((await client.query<{ pid: number }>('SELECT pg_backend_pid() AS pid')).rows[0]!.pid);
+    const ticks = () => {
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return Number(f[11]) + Number(f[12]);
+    };
+    const texts = jsonBatches.map((batch) => `[${batch.join(',')}]`);
+    const out: number[][] = POSTGRES_STATEMENTS.map(() => []);
+    for (let round = 0; round < ROUNDS; round++) {
+      // The order turned every round.
+      const order = round % 2 === 0 ? [0, 1] : [1, 0];
+      for (const i of order) {
+        await client.query('TRUNCATE ledger_requests CASCADE');
+        await client.query('CHECKPOINT');
+        const t0 = ticks();
+        for (const text of texts) await client.query(POSTGRES_STATEMENTS[i]!.sql, [text]);
+        const us = (((ticks() - t0) / CLK_TCK) * 1e6) / N;
+        const rows = Number((await client.query<{ n: string }>('SELECT COUNT(*) AS n FROM ledger_requests')).rows[0]!.n);
+        if (rows !== N) throw new Error(`PostgreSQL holds ${rows} records, not ${N}`);
+        out[i]!.push(us);
+        process.stdout.write(`round ${round + 1}/${ROUNDS} ${us.toFixed(2).padStart(6)} µs/record  PostgreSQL: ${POSTGRES_STATEMENTS[i]!.name}\n`);
+      }
+    }
+    await client.end();
+    return out;
+  } finally {
+    await server.close();
+  }
+}
+const postgres = await postgresInserts();
+
 const med = (step: Step) => median(samples.get(step)!);
 const byName = (prefix: string) => STEPS.find((s) => s.name.startsWith(prefix))!;
 const loopFloor = med(byName('the spool'));
@@ -229,6 +304,12 @@ const report = [
     const xs = samples.get(step)!;
     return `| ${step.where} | ${step.name} | ${med(step).toFixed(2)} | ${Math.min(...xs).toFixed(2)} | ${Math.max(...xs).toFixed(2)} |`;
   }),
+  ...(postgres
+    ? POSTGRES_STATEMENTS.map((statement, i) => {
+        const xs = postgres[i]!;
+        return `| PostgreSQL server (its backend's CPU) | ${statement.name} | ${median(xs).toFixed(2)} | ${Math.min(...xs).toFixed(2)} | ${Math.max(...xs).toFixed(2)} |`;
+      })
+    : [`| PostgreSQL server | not measured: ${postgresCheck().skip} | | | |`]),
   '',
   `The event loop's floor is the spool's \`append\`: ${loopFloor.toFixed(1)} µs a record (a record's JSON and its copy alone: ${med(STEPS[0]!).toFixed(1)}); ` +
     `the store thread's, its whole \`insertLines\`: ${threadFloor.toFixed(1)} µs. Together ${(loopFloor + threadFloor).toFixed(1)} µs a record, ` +
