@@ -24,7 +24,8 @@
 // every round; wrk (one thread, 32 keep-alive connections) and PostgreSQL on CPU 1, the gateways,
 // HAProxy and the mock on CPU 0 (taskset). CPU per request is utime + stime from /proc over the
 // requests completed: the gateway's (its SQLite thread included, and shown apart: the process's
-// worker threads; its main thread, the event loop that serves the requests, shown apart too), and PostgreSQL's (the postmaster, its children, and the children it reaped).
+// worker threads; its main thread, the event loop that serves the requests, shown apart too), and
+// PostgreSQL's (the postmaster, its children, and the children it reaped).
 // During each timed run every gateway's admin /metrics is read every 200 ms (`off`'s too, so that the
 // reading costs all alike): the highest `sluice_ledger_lag_records` and `_seconds`; after the run it
 // is read every 10 ms until the lag is 0: the catch-up, before the next target is measured.
