@@ -5,15 +5,15 @@
 // its line encoded into the pending buffer, its CRC-32). In the SQLite store's thread, as
 // sqlite-thread.ts does them: the lines' checksums, their parse, the rows' values, and node:sqlite's
 // insert of each row into a table of the ledger's 30 columns three ways: no key and no index, the
-// key only, and the ledger's own schema (the key and its three indexes); then the thread's whole
-// `insertLines`. A step's figure is a floor for any ledger that does that step: the whole path
+// key only, and the ledger's own schema (the key and its three indexes); then the SQLite store's
+// own thread doing its whole `insertLines` of each batch (that thread's CPU, read from /proc). A step's figure is a floor for any ledger that does that step: the whole path
 // costs at least their sum. With PostgreSQL installed (Debian's postgresql; a server of its own on
 // a loopback port, test/support/postgres.ts), also what the PostgreSQL store's INSERT of a batch's
 // lines (one JSON text the server reads) costs the server: its backend's CPU per record.
 //
 //   npm run build && node bench/ledger-floor.ts [--records N] [--rounds N]
 // Writes bench/results/ledger-floor.md.
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { cpus, tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { execFileSync } from 'node:child_process';
@@ -37,6 +37,7 @@ const { encodeLine, checkLines, recordsOf } = await dist<typeof import('../src/l
 const { COLUMNS, col, recordRow, POSTGRES_JSON_INSERT } = await dist<typeof import('../src/ledger/store.ts')>('ledger/store.js');
 const { migrationSql, schemaTableSql } = await dist<typeof import('../src/ledger/migrations.ts')>('ledger/migrations.js');
 const { Spool } = await dist<typeof import('../src/ledger/spool.ts')>('ledger/spool.js');
+const { openLedgerStore } = await dist<typeof import('../src/ledger/open-store.ts')>('ledger/open-store.js');
 
 const newId = await idMaker('v7');
 const start = Date.now();
@@ -73,6 +74,9 @@ function ownJson(r: LedgerRecord): string {
 }
 if (ownJson(records[0]!) !== JSON.stringify(records[0])) throw new Error('the serializer of our own does not write what JSON.stringify writes');
 
+/** /proc's CPU times are in clock ticks. */
+const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+
 const TMP = mkdtempSync(join(tmpdir(), 'sluice-ledger-floor-'));
 process.on('exit', () => rmSync(TMP, { recursive: true, force: true }));
 
@@ -104,11 +108,17 @@ function insertAll(db: DatabaseSync, sql: string, each: (i: number) => SQLInputV
   }
 }
 
+/** What a step times, and whose CPU (this thread's unless `cpu` says otherwise: µs so far). */
+interface Work {
+  work(): unknown;
+  cpu?: () => number;
+}
+
 interface Step {
   readonly name: string;
   readonly where: 'event loop' | 'store thread';
-  /** Made before the timing (a database file); its work is timed. */
-  run(round: number): () => void;
+  /** Makes what the step needs (a database file, a store) before the timing; its work is timed. */
+  run(round: number): Work | Promise<Work>;
 }
 
 let sink = 0;
@@ -120,7 +130,7 @@ let databases = 0;
 const closing: (() => Promise<void>)[] = [];
 
 /** A step that is a loop over what was made before the timing. */
-const loop = (name: string, where: Step['where'], body: () => void): Step => ({ name, where, run: () => body });
+const loop = (name: string, where: Step['where'], body: () => void): Step => ({ name, where, run: () => ({ work: body }) });
 
 /** A step that inserts every row into a fresh database (the ledger's schema, or `ddl`'s table) with `sql`. */
 const inserting = (name: string, ddl: string | undefined, sql: string, values: (i: number) => SQLInputValue[]): Step => ({
@@ -128,9 +138,11 @@ const inserting = (name: string, ddl: string | undefined, sql: string, values: (
   where: 'store thread',
   run: (round) => {
     const db = database(`db-${++databases}-${round}`, ddl);
-    return () => {
-      insertAll(db, sql, values);
-      db.close();
+    return {
+      work: () => {
+        insertAll(db, sql, values);
+        db.close();
+      },
     };
   },
 });
@@ -149,8 +161,10 @@ const STEPS: Step[] = [
     run: (round) => {
       const spool = new Spool({ dir: join(TMP, `spool-${round}`), fsyncMs: 3_600_000 });
       closing.push(() => spool.close());
-      return () => {
-        for (const r of records) spool.append(r);
+      return {
+        work: () => {
+          for (const r of records) spool.append(r);
+        },
       };
     },
   },
@@ -168,37 +182,55 @@ const STEPS: Step[] = [
   inserting('insert, the 30 columns, the key (`id`) only', columnsDdl('id TEXT PRIMARY KEY'), INSERT_ONCE, (i) => rows[i]!),
   inserting("insert, the ledger's schema (the key and three indexes)", undefined, INSERT_ONCE, (i) => rows[i]!),
   {
-    // What sqlite-thread.ts's `insertLines` does with each batch, here on this thread.
-    name: "the thread's whole `insertLines`: checksums, parse, values, insert into the ledger's schema",
+    name: "the SQLite store's own thread, whole: `insertLines` of each batch (checksums, parse, values, insert into the ledger's schema)",
     where: 'store thread',
-    run: (round) => {
-      const db = database(`db-${++databases}-${round}`);
-      return () => {
-        const insert = db.prepare(INSERT_ONCE);
-        for (const chunk of chunks) {
-          const { records: batch } = recordsOf(checkLines(chunk).lines);
-          db.exec('BEGIN IMMEDIATE');
-          for (const r of batch) insert.run(...(recordRow(r, 'sqlite') as SQLInputValue[]));
-          db.exec('COMMIT');
-        }
-        db.close();
+    run: async (round) => {
+      const store = await openLedgerStore({ kind: 'sqlite', path: join(TMP, `store-${round}.sqlite`) });
+      closing.push(() => store.close());
+      return {
+        work: async () => {
+          for (const chunk of chunks) await store.insertLines(chunk);
+        },
+        cpu: workerThreadsUs,
       };
     },
   },
 ];
 
-/** CPU µs per record of one step's loop, on this thread. */
-function timed(work: () => void): number {
-  const t0 = process.threadCpuUsage();
-  work();
-  const t = process.threadCpuUsage(t0);
-  return (t.user + t.system) / N;
+/** CPU µs so far of this thread. */
+function thisThreadUs(): number {
+  const t = process.threadCpuUsage();
+  return t.user + t.system;
+}
+
+/** CPU µs so far of this process's worker threads (Node names them WorkerThread): the SQLite store's thread. */
+function workerThreadsUs(): number {
+  let ticks = 0;
+  for (const tid of readdirSync('/proc/self/task')) {
+    try {
+      if (readFileSync(`/proc/self/task/${tid}/comm`, 'utf8').trim() !== 'WorkerThread') continue;
+      const stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      ticks += Number(f[11]) + Number(f[12]);
+    } catch {
+      // the thread ended
+    }
+  }
+  return (ticks / CLK_TCK) * 1e6;
+}
+
+/** CPU µs per record of one step's work, on the thread it names. */
+async function timed(step: Work): Promise<number> {
+  const cpu = step.cpu ?? thisThreadUs;
+  const t0 = cpu();
+  await step.work();
+  return (cpu() - t0) / N;
 }
 
 const samples = new Map<Step, number[]>();
 for (let round = 0; round < ROUNDS; round++) {
   for (const step of STEPS) {
-    const s = timed(step.run(round));
+    const s = await timed(await step.run(round));
     let list = samples.get(step);
     if (!list) samples.set(step, (list = []));
     list.push(s);
@@ -230,8 +262,6 @@ const JSONB_NUMERIC_INSERT = ((): string => {
   );
 })();
 
-/** /proc's CPU times are in clock ticks. */
-const CLK_TCK = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
 const POSTGRES_STATEMENTS = [
   { name: "the PostgreSQL store's INSERT of a batch's lines: one JSON text the server reads as `json`, numbers as `bigint`", sql: POSTGRES_JSON_INSERT },
   { name: 'the same batch read as `jsonb`, numbers as `numeric`, rounded (the statement before)', sql: JSONB_NUMERIC_INSERT },
@@ -240,7 +270,6 @@ const POSTGRES_STATEMENTS = [
 /** Each PostgreSQL statement for every batch, on one connection, in turn each round: its backend's CPU per record, a sample a round. */
 async function postgresInserts(): Promise<number[][] | undefined> {
   if (postgresCheck().skip !== false) return undefined;
-  const { openLedgerStore } = await dist<typeof import('../src/ledger/open-store.ts')>('ledger/open-store.js');
   const pg = createRequire(import.meta.url)('pg') as typeof import('pg');
   const server = await startPostgres();
   try {
@@ -282,7 +311,7 @@ const postgres = await postgresInserts();
 const med = (step: Step) => median(samples.get(step)!);
 const byName = (prefix: string) => STEPS.find((s) => s.name.startsWith(prefix))!;
 const loopFloor = med(byName('the spool'));
-const threadFloor = med(byName('the thread'));
+const threadFloor = med(byName("the SQLite store's own thread"));
 const sqliteVersion = String((new DatabaseSync(':memory:').prepare('SELECT sqlite_version() AS v').get() as { v: string }).v);
 const head = (() => {
   try {
@@ -296,7 +325,7 @@ const report = [
   '',
   `- Date: ${new Date().toISOString()}; \`node bench/ledger-floor.ts\`; HEAD ${head} (its build in dist/)`,
   `- CPU: ${cpus()[0]?.model ?? 'unknown'}, ${cpus().length} cores; Node ${process.version}; SQLite ${sqliteVersion} (node:sqlite); WAL, synchronous NORMAL, as the store opens it`,
-  `- ${N} records of a plain chat request (bench/ledger-sample.ts, about ${Math.round(lines[0]!.length)} bytes a line), each step alone in a loop over all of them, ${BATCH} rows to a transaction; ${ROUNDS} rounds, medians; CPU of the thread that ran the loop (process.threadCpuUsage) per record`,
+  `- ${N} records of a plain chat request (bench/ledger-sample.ts, about ${Math.round(lines[0]!.length)} bytes a line), each step alone in a loop over all of them, ${BATCH} rows to a transaction; ${ROUNDS} rounds, medians; CPU per record of the thread that ran the loop (process.threadCpuUsage), or for the store's own thread its CPU in /proc (clock ticks of 1/${CLK_TCK} s)`,
   '',
   '| where | step | µs/record | min | max |',
   '|---|---|--:|--:|--:|',
