@@ -295,7 +295,7 @@ export function insertStatement(records: readonly LedgerRecord[], dialect: Diale
  * the server refuses as data (class 22: a number with a fraction or out of range, a text it cannot
  * hold, a line that is no object) is inserted again through `insertStatement`, which rounds and
  * cleans each value. Read as `jsonb` with its numbers as `numeric` and rounded, the same batch cost
- * the server 8 to 17 % more CPU a record (`bench/ledger-floor.ts`).
+ * the server 8 to 18 % more CPU a record (`bench/ledger-floor.ts`).
  */
 export const POSTGRES_JSON_INSERT = ((): string => {
   const typeOf = (name: Column) => (JSON_COLUMNS.has(name) ? 'jsonb' : name === 'usage_estimated' ? 'boolean' : NUMBER_COLUMNS.has(name) ? 'bigint' : 'text');
