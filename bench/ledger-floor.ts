@@ -6,8 +6,9 @@
 // sqlite-thread.ts does them: the lines' checksums, their parse, the rows' values, and node:sqlite's
 // insert of each row into a table of the ledger's 30 columns three ways: no key and no index, the
 // key only, and the ledger's own schema (the key and its three indexes); then the SQLite store's
-// own thread doing its whole `insertLines` of each batch (that thread's CPU, read from /proc). A step's figure is a floor for any ledger that does that step: the whole path
-// costs at least their sum. With PostgreSQL installed (Debian's postgresql; a server of its own on
+// own thread doing its whole `insertLines` of each batch (that thread's CPU, read from /proc). A
+// step's figure is a floor for any ledger that does that step: the whole path costs at least
+// their sum. With PostgreSQL installed (Debian's postgresql; a server of its own on
 // a loopback port, test/support/postgres.ts), also what the PostgreSQL store's INSERT of a batch's
 // lines (one JSON text the server reads) costs the server: its backend's CPU per record.
 //
