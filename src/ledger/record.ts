@@ -9,6 +9,17 @@ export function storableText(text: string): string {
   return text.isWellFormed() && !text.includes('\u0000') ? text : text.toWellFormed().replaceAll('\u0000', '\uFFFD');
 }
 
+/**
+ * A count any store holds: a whole number within ±(2^53 − 1), anything not finite 0 (a provider
+ * may report a fraction of a token, or a number past any column). The usual count is returned as
+ * it is.
+ */
+export function storableCount(value: number): number {
+  if (Number.isSafeInteger(value)) return value;
+  const n = Number.isFinite(value) ? Math.round(value) : 0;
+  return Math.max(-Number.MAX_SAFE_INTEGER, Math.min(Number.MAX_SAFE_INTEGER, n));
+}
+
 /** One upstream attempt of a request (a retry or a fallback is one more). */
 export interface LedgerAttempt {
   /** `provider/model`. */

@@ -4,7 +4,7 @@
 // transaction as the record, and are pruned sooner. The
 // SQL the two stores run is built here, once, with the few places where the dialects differ
 // (placeholders, booleans, JSON) named by a `Dialect`.
-import { storableText, type LedgerBodies, type LedgerRecord } from './record.ts';
+import { storableCount, storableText, type LedgerBodies, type LedgerRecord } from './record.ts';
 import type { LinesInserted } from './line.ts';
 
 export interface LedgerStore {
@@ -198,8 +198,7 @@ function cleanJson(value: unknown): unknown {
 
 /** A whole number a BIGINT column takes (a fraction rounded, anything not finite 0): one odd value never blocks a batch. */
 function wholeNumber(value: unknown): number {
-  const n = typeof value === 'number' && Number.isFinite(value) ? Math.round(value) : 0;
-  return Math.max(-Number.MAX_SAFE_INTEGER, Math.min(Number.MAX_SAFE_INTEGER, n));
+  return typeof value === 'number' ? storableCount(value) : 0;
 }
 
 type Bound = string | number | boolean | null;

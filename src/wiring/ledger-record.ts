@@ -1,7 +1,7 @@
 // A finished exchange as the usage ledger records it: read from its context once it is over, off
 // the request's path (the spool's append is the only work, and it waits for nothing). Its bodies,
 // when `ledger.bodies` kept them, are redacted and cut here, before the record goes anywhere.
-import { storableText, type LedgerAttempt, type LedgerBodies, type LedgerRecord } from '../ledger/record.ts';
+import { storableCount, storableText, type LedgerAttempt, type LedgerBodies, type LedgerRecord } from '../ledger/record.ts';
 import { ledgerBodies, Redaction } from '../ledger/redact.ts';
 import { RequestContext, type ExchangeContext, type KeptBodies } from '../server/context.ts';
 import type { LedgerBodiesConfig } from '../config/ledger-schema.ts';
@@ -46,10 +46,12 @@ export function ledgerRecord(ctx: ExchangeContext, status: number, place: Proces
     attempts: attemptsOf(ctx, status, firstByteMs),
     status,
     error: ctx.errorCode,
-    prompt_tokens: usage?.prompt ?? 0,
-    completion_tokens: usage?.completion ?? 0,
-    cached_tokens: usage?.cached ?? 0,
-    cache_write_tokens: usage?.cacheWrite ?? 0,
+    // Whole, as both stores keep them: a provider's fraction or huge count would make PostgreSQL's
+    // server refuse the batch's fast read, and the gateway parse the batch itself.
+    prompt_tokens: storableCount(usage?.prompt ?? 0),
+    completion_tokens: storableCount(usage?.completion ?? 0),
+    cached_tokens: storableCount(usage?.cached ?? 0),
+    cache_write_tokens: storableCount(usage?.cacheWrite ?? 0),
     usage_estimated: usage?.estimated === true,
     cost_micros: ctx.costMicros === undefined ? null : Math.round(ctx.costMicros),
     bytes_in: ctx.bytesIn,
