@@ -11,19 +11,22 @@ import type { LimitStore } from '../limits/store.ts';
  * Where this process reads the spend: its own limit store, except in the supervisor of workers on
  * Redis. That one keeps no counters (the workers count in Redis; its own store is an unused
  * memory), so it opens a Redis client of its own when first asked, on the `limits.redis` serving
- * then, and another after a reload changes it. Closed at the exit.
+ * then, and another after a reload changes it; a reload away from Redis closes it. Closed at the exit.
  */
 export class BudgetSpend {
   readonly #own: LimitStore;
   readonly #supervisesWorkers: () => boolean;
   readonly #onRedisError: (error: Error) => void;
+  readonly #open: typeof openStore;
   #redis: { settings: unknown; store: Promise<LimitStore> } | undefined;
   #closed = false;
 
-  constructor(own: LimitStore, supervisesWorkers: () => boolean, onRedisError: (error: Error) => void) {
+  /** `open`: how a store is opened (`openStore`; a test's own). */
+  constructor(own: LimitStore, supervisesWorkers: () => boolean, onRedisError: (error: Error) => void, open: typeof openStore = openStore) {
     this.#own = own;
     this.#supervisesWorkers = supervisesWorkers;
     this.#onRedisError = onRedisError;
+    this.#open = open;
   }
 
   /** The budgets of `config` as they stand now. */
@@ -44,12 +47,16 @@ export class BudgetSpend {
   }
 
   #storeFor(config: Config): LimitStore | Promise<LimitStore> {
-    if (config.limits.store !== 'redis' || !this.#supervisesWorkers()) return this.#own;
+    // A client for settings no longer serving (a reload moved Redis, or left it) is closed, not left reconnecting.
+    if (config.limits.store !== 'redis' || !this.#supervisesWorkers()) {
+      if (this.#redis) void this.#dropRedis().catch(() => undefined);
+      return this.#own;
+    }
     if (this.#closed) return Promise.reject(new Error('the gateway is exiting'));
     if (this.#redis && isDeepStrictEqual(this.#redis.settings, config.limits.redis)) return this.#redis.store;
     void this.#dropRedis().catch(() => undefined);
     const limits = config.limits;
-    const store = openStore(limits, this.#onRedisError).then(async (opened) => {
+    const store = this.#open(limits, this.#onRedisError).then(async (opened) => {
       await opened.ready?.(limits.redis!.connect_timeout_ms);
       return opened;
     });
